@@ -1,0 +1,305 @@
+// Package gate is paygate's shared budget: every worker on every node asks it before calling a provider, and
+// it never lets the providers' limits be exceeded.
+//
+// The gate is an exact sliding log kept in Redis and decided by one Lua script (lua/sliding_log.lua) with the
+// Redis server's clock. A decision is either an admission now, a reservation of a slot in the near future
+// (the worker sleeps until the slot, then dispatches), or a denial with the time after which asking again
+// succeeds. Admission is idempotent per job id, and all of a provider's policies are checked atomically.
+//
+// The gate never logs; a Redis failure is returned as an error, never as an allow.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/lua"
+)
+
+// MaxIDLen is the longest job id the gate accepts, in bytes.
+const MaxIDLen = 128
+
+var (
+	slidingLog   = redis.NewScript(lua.SlidingLog)
+	pauseScript  = redis.NewScript(lua.Pause)
+	statusScript = redis.NewScript(lua.Status)
+
+	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+)
+
+// ErrUnknownProvider is returned for a provider the gate was not configured with.
+var ErrUnknownProvider = errors.New("unknown provider")
+
+// Policy is one rate limit: at most Limit units of cost in any window of length Window.
+type Policy struct {
+	Limit  int64
+	Window time.Duration
+}
+
+// String renders the policy as config and the CLI write it: "100/1s", "3000/1m0s" as "3000/1m".
+func (p Policy) String() string { return fmt.Sprintf("%d/%s", p.Limit, FormatDuration(p.Window)) }
+
+// FormatDuration is time.Duration.String without the zero units ("1m" rather than "1m0s").
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	for _, z := range []struct{ suffix, unit string }{{"m0s", "m"}, {"h0m", "h"}} {
+		if len(s) > len(z.suffix) && s[len(s)-len(z.suffix):] == z.suffix {
+			s = s[:len(s)-len(z.suffix)] + z.unit
+		}
+	}
+	return s
+}
+
+// Options configure a Limiter.
+type Options struct {
+	// Prefix starts every key: <Prefix>:{<provider>}:log. It must not contain braces.
+	Prefix string
+	// Margin is added to every window, so that slots a window apart still look a window apart to a
+	// provider after network and scheduling jitter. It costs Margin/Window of the budget.
+	Margin time.Duration
+	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its policies, all enforced together.
+	Providers map[string][]Policy
+}
+
+// Limiter is the gate. It is safe for concurrent use; its state lives in Redis.
+type Limiter struct {
+	rdb       redis.Scripter
+	margin    time.Duration
+	providers map[string]provider
+}
+
+type provider struct {
+	policies []Policy
+	keys     []string // log, cum, pause
+	args     []any    // margin µs, then limit, window µs per policy
+	minLimit int64
+}
+
+// New returns a Limiter that keeps its state in rdb: a single node, a Sentinel-managed primary or a Redis
+// Cluster (all keys of one provider share a hash tag).
+func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
+	if opts.Prefix == "" || strings.ContainsAny(opts.Prefix, "{} ") {
+		return nil, fmt.Errorf("gate: key prefix %q must be non-empty, without braces or spaces", opts.Prefix)
+	}
+	if opts.Margin < 0 {
+		return nil, fmt.Errorf("gate: margin must be >= 0, got %s", opts.Margin)
+	}
+	if len(opts.Providers) == 0 {
+		return nil, errors.New("gate: no providers")
+	}
+	l := &Limiter{rdb: rdb, margin: opts.Margin, providers: make(map[string]provider, len(opts.Providers))}
+	for name, policies := range opts.Providers {
+		if !providerName.MatchString(name) {
+			return nil, fmt.Errorf("gate: provider name %q must match %s", name, providerName)
+		}
+		if len(policies) == 0 {
+			return nil, fmt.Errorf("gate: provider %s has no policies", name)
+		}
+		p := provider{
+			policies: append([]Policy(nil), policies...),
+			args:     []any{micros(opts.Margin)},
+			minLimit: policies[0].Limit,
+		}
+		for i, pol := range policies {
+			if pol.Limit < 1 || pol.Window < time.Millisecond {
+				return nil, fmt.Errorf("gate: provider %s policy %d (%s): limit must be >= 1 and window >= 1ms", name, i, pol)
+			}
+			p.args = append(p.args, pol.Limit, micros(pol.Window))
+			p.minLimit = min(p.minLimit, pol.Limit)
+		}
+		tag := opts.Prefix + ":{" + name + "}:"
+		p.keys = []string{tag + "log", tag + "cum", tag + "pause"}
+		l.providers[name] = p
+	}
+	return l, nil
+}
+
+// Policies returns the policies the gate enforces for a provider.
+func (l *Limiter) Policies(providerName string) ([]Policy, bool) {
+	p, ok := l.providers[providerName]
+	return append([]Policy(nil), p.policies...), ok
+}
+
+// Verdict is the gate's answer for one job. Being denied is a verdict, not an error.
+type Verdict struct {
+	// Allowed reports that the job holds a slot: dispatch it after Delay.
+	Allowed bool
+	// Duplicate reports that the job id was already admitted inside the window; it was admitted again at
+	// its original slot without consuming budget.
+	Duplicate bool
+	// Paused reports that a provider pause (see Limiter.Pause) is what sets the slot.
+	Paused bool
+	// Delay is how long to wait before dispatching (0 for an admission now). Microsecond precision.
+	Delay time.Duration
+	// RetryAfter, when denied, is how long to wait before asking again with the same max wait: the call
+	// then succeeds unless others took the room. Millisecond precision, rounded up, never 0 when denied.
+	RetryAfter time.Duration
+	// Remaining is the room left in the tightest policy's window at the slot, after this job; when denied,
+	// the room left now, counting reservations already handed out.
+	Remaining int64
+	// Policy is the index of the policy that blocked (the one needing the latest slot), or of the tightest
+	// policy when none blocked.
+	Policy int
+	// Limit is that policy.
+	Limit Policy
+	// Now is the Redis server's clock at the decision; the slot is Now + Delay.
+	Now time.Time
+}
+
+// Slot is the moment, on the Redis clock, at which the job may be dispatched.
+func (v Verdict) Slot() time.Time { return v.Now.Add(v.Delay) }
+
+// Allow admits the job now or denies it; it never reserves a future slot.
+func (l *Limiter) Allow(ctx context.Context, providerName, jobID string, cost int64) (Verdict, error) {
+	return l.Reserve(ctx, providerName, jobID, cost, 0)
+}
+
+// Reserve finds the earliest slot, first come first served, at which admitting the job keeps every policy
+// of the provider within its limit. If the slot is at most maxWait away, the job is recorded at the slot
+// and the verdict is Allowed with the Delay to sleep before dispatching. Otherwise nothing is recorded and
+// the verdict is a denial with RetryAfter.
+//
+// A job id already in the log is a Duplicate: allowed at its original slot, consuming nothing more.
+func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration) (Verdict, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return Verdict{}, err
+	}
+	switch {
+	case jobID == "" || len(jobID) > MaxIDLen:
+		return Verdict{}, fmt.Errorf("gate: job id must be 1..%d bytes, got %d", MaxIDLen, len(jobID))
+	case cost < 1 || cost > p.minLimit:
+		return Verdict{}, fmt.Errorf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
+	case maxWait < 0:
+		return Verdict{}, fmt.Errorf("gate: max wait must be >= 0, got %s", maxWait)
+	}
+	args := make([]any, 0, 3+len(p.args))
+	args = append(args, jobID, cost, micros(maxWait))
+	args = append(args, p.args...)
+	reply, err := slidingLog.Run(ctx, l.rdb, p.keys, args...).Int64Slice()
+	if err != nil {
+		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
+	}
+	if len(reply) != 8 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) {
+		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: malformed reply %v", providerName, jobID, reply)
+	}
+	v := Verdict{
+		Allowed:   reply[0] == 1,
+		Duplicate: reply[1] == 1,
+		Delay:     time.Duration(reply[2]) * time.Microsecond,
+		Remaining: reply[4],
+		Policy:    int(reply[5]),
+		Limit:     p.policies[reply[5]],
+		Now:       time.UnixMicro(reply[6]),
+		Paused:    reply[7] == 1,
+	}
+	if !v.Allowed {
+		// Round up to the millisecond: asking again after RetryAfter must not be early.
+		v.RetryAfter = (time.Duration(reply[3])*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
+		if v.RetryAfter <= 0 {
+			return Verdict{}, fmt.Errorf("gate: reserve %s/%s: denied without a retry time %v", providerName, jobID, reply)
+		}
+	}
+	return v, nil
+}
+
+// Pause makes every worker's next decisions for the provider wait until `until` (say, after a 429 with
+// Retry-After). Only the length of the pause crosses to Redis: it is counted from the Redis clock, so the
+// caller's clock never enters a decision. A shorter pause never cuts a longer one short.
+func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Time) error {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return err
+	}
+	d := time.Until(until)
+	if d <= 0 {
+		return nil
+	}
+	if err := pauseScript.Run(ctx, l.rdb, p.keys[2:3], max(micros(d), 1)).Err(); err != nil {
+		return fmt.Errorf("gate: pause %s: %w", providerName, err)
+	}
+	return nil
+}
+
+// PolicyStatus is one policy's use of its window at a moment.
+type PolicyStatus struct {
+	Policy Policy
+	// Used is the cost admitted in the window ending now.
+	Used int64
+	// Reserved is the cost of reservations after now; they will count in the window.
+	Reserved int64
+	// Remaining is Limit - Used - Reserved, never negative.
+	Remaining int64
+	// ResetAfter is how long until everything counted in Used and Reserved has left the window.
+	ResetAfter time.Duration
+}
+
+// Status is a provider's budget as the gate sees it.
+type Status struct {
+	Provider string
+	// Now is the Redis server's clock.
+	Now time.Time
+	// PausedUntil is the end of a pause in force, or the zero time.
+	PausedUntil time.Time
+	// Entries is the number of jobs in the log (admitted or reserved, not yet trimmed).
+	Entries  int64
+	Policies []PolicyStatus
+}
+
+// Status reads a provider's budget without changing it.
+func (l *Limiter) Status(ctx context.Context, providerName string) (Status, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return Status{}, err
+	}
+	reply, err := statusScript.Run(ctx, l.rdb, p.keys, p.args...).Int64Slice()
+	if err != nil {
+		return Status{}, fmt.Errorf("gate: status %s: %w", providerName, err)
+	}
+	if len(reply) != 3+3*len(p.policies) {
+		return Status{}, fmt.Errorf("gate: status %s: malformed reply %v", providerName, reply)
+	}
+	s := Status{Provider: providerName, Now: time.UnixMicro(reply[0]), Entries: reply[2]}
+	if reply[1] > 0 {
+		s.PausedUntil = time.UnixMicro(reply[1])
+	}
+	for i, pol := range p.policies {
+		r := reply[3+3*i:]
+		s.Policies = append(s.Policies, PolicyStatus{
+			Policy:     pol,
+			Used:       r[0],
+			Reserved:   r[1],
+			Remaining:  max(0, pol.Limit-r[0]-r[1]),
+			ResetAfter: time.Duration(r[2]) * time.Microsecond,
+		})
+	}
+	return s, nil
+}
+
+// Keys returns the Redis keys that hold a provider's state (log, cum, pause); for tests and operators.
+func (l *Limiter) Keys(providerName string) ([]string, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string(nil), p.keys...), nil
+}
+
+func (l *Limiter) provider(name string) (provider, error) {
+	p, ok := l.providers[name]
+	if !ok {
+		return provider{}, fmt.Errorf("gate: %w %q", ErrUnknownProvider, name)
+	}
+	return p, nil
+}
+
+// micros rounds a duration up to whole microseconds, the unit of every time the scripts see.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}

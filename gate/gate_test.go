@@ -1,0 +1,544 @@
+package gate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// 1. The decision and the recorded slot use the Redis clock.
+func TestServerClock(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newLimiter(t, rdb, 0, pol(10, time.Second))
+		before := redisTime(t, rdb)
+		v := mustReserve(t, l, "a", 1, 0)
+		after := redisTime(t, rdb)
+		if !v.Allowed || v.Delay != 0 {
+			t.Fatalf("verdict %+v, want allowed now", v)
+		}
+		if now := v.Now.UnixMicro(); now < before || now > after {
+			t.Fatalf("verdict clock %d outside Redis TIME [%d, %d]", now, before, after)
+		}
+		log := readLog(t, rdb, l)
+		if len(log) != 1 || log[0].slot != v.Now.UnixMicro() {
+			t.Fatalf("log %v, want one entry at the verdict's Redis time %d", log, v.Now.UnixMicro())
+		}
+	})
+}
+
+// 2. Jobs given the same microsecond keep one entry each: the member is the job id, never the time.
+func TestSameSlotKeepsEveryJob(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newLimiter(t, rdb, 0, pol(50, time.Second))
+		// Behind a pause every reservation lands on the same slot: the end of the pause.
+		if err := l.Pause(context.Background(), prov, time.Now().Add(200*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		const n = 20
+		for i := range n {
+			if v := mustReserve(t, l, id(i), 1, time.Second); !v.Allowed || !v.Paused {
+				t.Fatalf("job %d: %+v, want allowed behind the pause", i, v)
+			}
+		}
+		log := readLog(t, rdb, l)
+		if len(log) != n {
+			t.Fatalf("log holds %d entries, want %d", len(log), n)
+		}
+		for _, e := range log {
+			if e.slot != log[0].slot {
+				t.Fatalf("slots differ (%d, %d): the test did not exercise one microsecond", e.slot, log[0].slot)
+			}
+		}
+	})
+}
+
+// 3. A job id admitted inside the window is admitted again, at its own slot, without consuming budget.
+func TestDuplicateAdmission(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newLimiter(t, rdb, 0, pol(2, 10*time.Second))
+		first := mustReserve(t, l, "pay-1", 1, 0)
+		if !first.Allowed || first.Duplicate || first.Remaining != 1 {
+			t.Fatalf("first: %+v", first)
+		}
+		again := mustReserve(t, l, "pay-1", 1, 0)
+		if !again.Allowed || !again.Duplicate || again.Remaining != 1 {
+			t.Fatalf("again: %+v, want allowed duplicate with remaining 1", again)
+		}
+		if v := mustReserve(t, l, "pay-2", 1, 0); !v.Allowed || v.Duplicate || v.Remaining != 0 {
+			t.Fatalf("second job: %+v", v)
+		}
+		if v := mustReserve(t, l, "pay-3", 1, 0); v.Allowed {
+			t.Fatalf("third job: %+v, want denied", v)
+		}
+		// A duplicate of a full window is still admitted: the redelivered job already holds its permit.
+		if v := mustReserve(t, l, "pay-1", 1, 0); !v.Allowed || !v.Duplicate {
+			t.Fatalf("redelivery into a full window: %+v", v)
+		}
+		// A duplicate of a reservation gets the reserved slot back, not a new one.
+		l2 := newLimiter(t, rdb, 0, pol(1, 300*time.Millisecond))
+		mustReserve(t, l2, "x", 1, 0)
+		r := mustReserve(t, l2, "y", 1, time.Second)
+		dup := mustReserve(t, l2, "y", 1, time.Second)
+		if !dup.Duplicate || !dup.Slot().Equal(r.Slot()) {
+			t.Fatalf("duplicate of a reservation: slot %v, want %v", dup.Slot(), r.Slot())
+		}
+		if n := len(readLog(t, rdb, l)); n != 2 {
+			t.Fatalf("log holds %d entries, want 2", n)
+		}
+	})
+}
+
+// 4. All of a provider's policies are checked before anything is recorded; the verdict names the blocker.
+func TestPoliciesCheckedTogether(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newLimiter(t, rdb, 0, pol(2, 200*time.Millisecond), pol(3, 10*time.Second))
+		mustReserve(t, l, "a", 1, 0)
+		mustReserve(t, l, "b", 1, 0)
+		v := mustReserve(t, l, "c", 1, 0)
+		if v.Allowed || v.Policy != 0 || v.Limit != pol(2, 200*time.Millisecond) {
+			t.Fatalf("third within 200ms: %+v, want denied by policy 0", v)
+		}
+		time.Sleep(v.RetryAfter)
+		if v := mustReserve(t, l, "c", 1, 0); !v.Allowed {
+			t.Fatalf("after the short window: %+v", v)
+		}
+		time.Sleep(250 * time.Millisecond) // policy 0 has room again; policy 1 (3 per 10s) is full
+		v = mustReserve(t, l, "d", 1, 0)
+		if v.Allowed || v.Policy != 1 || v.Remaining != 0 {
+			t.Fatalf("fourth: %+v, want denied by policy 1", v)
+		}
+		if n := len(readLog(t, rdb, l)); n != 3 {
+			t.Fatalf("a denial recorded something: log holds %d entries, want 3", n)
+		}
+	})
+}
+
+// 5. A job costing n is admitted only where every policy has room for n; the retry time is computed for n.
+func TestCost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const w = 400 * time.Millisecond
+		l := newLimiter(t, rdb, 0, pol(5, w))
+		if v := mustReserve(t, l, "x", 1, 0); !v.Allowed || v.Remaining != 4 {
+			t.Fatalf("x: %+v", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if v := mustReserve(t, l, "y", 3, 0); !v.Allowed || v.Remaining != 1 {
+			t.Fatalf("y: %+v", v)
+		}
+		v := mustReserve(t, l, "z", 2, 0)
+		if v.Allowed || v.Remaining != 1 {
+			t.Fatalf("z (cost 2, room 1): %+v, want denied with remaining 1", v)
+		}
+		log := readLog(t, rdb, l)
+		slotX, slotY := log[0].slot, log[1].slot
+		now := v.Now.UnixMicro()
+		// Cost 2 needs x (cost 1) gone; cost 5 needs y gone too.
+		if want := ceilMs(slotX + w.Microseconds() - now); v.RetryAfter != want {
+			t.Fatalf("retry for cost 2: %v, want %v", v.RetryAfter, want)
+		}
+		v5 := mustReserve(t, l, "z", 5, 0)
+		if want := ceilMs(slotY + w.Microseconds() - v5.Now.UnixMicro()); v5.Allowed || v5.RetryAfter != want {
+			t.Fatalf("retry for cost 5: %+v, want denied with %v", v5, want)
+		}
+		if v := mustReserve(t, l, "w", 1, 0); !v.Allowed || v.Remaining != 0 {
+			t.Fatalf("w (cost 1, room 1): %+v", v)
+		}
+		if _, err := l.Reserve(context.Background(), prov, "big", 6, time.Hour); err == nil {
+			t.Fatal("cost above the limit: want an error, it can never be admitted")
+		}
+	})
+}
+
+// 6. RetryAfter is whole milliseconds, never zero when denied, and asking again after it succeeds.
+func TestRetryAfterIsEnough(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newLimiter(t, rdb, 3*time.Millisecond, pol(2, 150*time.Millisecond))
+		for round := range 3 {
+			var denied gate.Verdict
+			for i := 0; ; i++ {
+				v := mustReserve(t, l, fmt.Sprintf("r%d-%d", round, i), 1, 0)
+				if !v.Allowed {
+					denied = v
+					break
+				}
+			}
+			if denied.RetryAfter <= 0 || denied.RetryAfter%time.Millisecond != 0 {
+				t.Fatalf("round %d: RetryAfter %v, want a positive whole number of ms", round, denied.RetryAfter)
+			}
+			time.Sleep(denied.RetryAfter)
+			if v := mustReserve(t, l, fmt.Sprintf("r%d-retry", round), 1, 0); !v.Allowed {
+				t.Fatalf("round %d: denied again after RetryAfter %v: %+v", round, denied.RetryAfter, v)
+			}
+		}
+	})
+}
+
+// 7. Reservations: each slot is the earliest that keeps the limit, handed out first come first served; a
+// slot beyond maxWait is a denial that records nothing.
+func TestReservationSlots(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const w = 200 * time.Millisecond
+		l := newLimiter(t, rdb, 0, pol(2, w))
+		var slots []int64
+		for i := range 6 {
+			v := mustReserve(t, l, id(i), 1, time.Second)
+			if !v.Allowed || v.Duplicate {
+				t.Fatalf("job %d: %+v", i, v)
+			}
+			slots = append(slots, v.Slot().UnixMicro())
+		}
+		for i := 2; i < len(slots); i++ {
+			if slots[i] != slots[i-2]+w.Microseconds() {
+				t.Fatalf("slot %d = %d, want exactly one window after slot %d (%d)", i, slots[i], i-2, slots[i-2])
+			}
+		}
+		v := mustReserve(t, l, "late", 1, 300*time.Millisecond)
+		want := slots[4] + w.Microseconds() // the next free slot
+		if v.Allowed || v.RetryAfter != ceilMs(want-v.Now.UnixMicro()-(300*time.Millisecond).Microseconds()) {
+			t.Fatalf("beyond max wait: %+v, want denied with RetryAfter to reach slot %d", v, want)
+		}
+		if n := len(readLog(t, rdb, l)); n != 6 {
+			t.Fatalf("denial recorded: %d entries", n)
+		}
+		// Under overload a worker needs one call per job: every call within maxWait is admitted.
+		if got := maxInWindow(readLog(t, rdb, l), w); got != 2 {
+			t.Fatalf("max in window %d, want 2", got)
+		}
+	})
+}
+
+// 8. The invariant, property-tested: for every policy (L per W) and every instant t, the cost of entries in
+// (t-W, t] is <= L. Concurrent workers, random costs, random max waits, repeated ids; then the raw log is
+// read back and every window checked, and compared with what the workers were told.
+func TestInvariantUnderConcurrency(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const margin = time.Millisecond
+		policies := []gate.Policy{pol(6, 50*time.Millisecond), pol(15, 200*time.Millisecond), pol(120, 3*time.Second)}
+		l := newLimiter(t, rdb, margin, policies...)
+
+		type admitted struct {
+			slot int64
+			cost int64
+		}
+		var (
+			mu     sync.Mutex
+			first  = map[string]admitted{}
+			dups   []string
+			denied int
+		)
+		ctx := context.Background()
+		deadline := time.Now().Add(1200 * time.Millisecond) // shorter than the longest window: nothing trimmed
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 42))
+				for time.Now().Before(deadline) {
+					jobID := fmt.Sprintf("j%d", rng.IntN(1000))
+					cost := 1 + rng.Int64N(3)
+					maxWait := time.Duration(rng.IntN(150)) * time.Millisecond
+					v, err := l.Reserve(ctx, prov, jobID, cost, maxWait)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					switch {
+					case !v.Allowed:
+						denied++
+					case v.Duplicate:
+						dups = append(dups, jobID)
+						// The original slot, or now when that has passed.
+						if a, ok := first[jobID]; ok && max(a.slot, v.Now.UnixMicro()) != v.Slot().UnixMicro() {
+							t.Errorf("duplicate %s told slot %d, admitted at %d", jobID, v.Slot().UnixMicro(), a.slot)
+						}
+					default:
+						if _, ok := first[jobID]; ok {
+							t.Errorf("job %s admitted twice as new", jobID)
+						}
+						first[jobID] = admitted{slot: v.Slot().UnixMicro(), cost: cost}
+					}
+					mu.Unlock()
+					if v.Allowed && v.Delay > 0 && rng.IntN(4) == 0 {
+						time.Sleep(v.Delay) // some workers wait for their slot, as the worker does
+					}
+				}
+			})
+		}
+		wg.Wait()
+
+		log := readLog(t, rdb, l)
+		if len(log) != len(first) {
+			t.Fatalf("raw log holds %d jobs, workers were told %d were admitted", len(log), len(first))
+		}
+		for _, e := range log {
+			a, ok := first[e.id]
+			if !ok || a.slot != e.slot || a.cost != e.cost {
+				t.Fatalf("log entry %+v, workers were told %+v (found %v)", e, a, ok)
+			}
+		}
+		for _, p := range policies {
+			if got := maxInWindow(log, p.Window+margin); got > p.Limit {
+				t.Errorf("policy %s: %d units in one window (with margin)", p, got)
+			}
+		}
+		if len(dups) == 0 || denied == 0 || len(first) < 10 {
+			t.Fatalf("weak run: %d admitted, %d duplicates, %d denied", len(first), len(dups), denied)
+		}
+		t.Logf("%d admitted, %d duplicates, %d denied", len(first), len(dups), denied)
+	})
+}
+
+// 9. The safety margin widens every window: slots a limit apart are window+margin apart.
+func TestMargin(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const w, margin = 100 * time.Millisecond, 20 * time.Millisecond
+		l := newLimiter(t, rdb, margin, pol(1, w))
+		var prev int64
+		for i := range 3 {
+			v := mustReserve(t, l, id(i), 1, time.Second)
+			if i > 0 && v.Slot().UnixMicro()-prev != (w + margin).Microseconds() {
+				t.Fatalf("slot gap %dµs, want %dµs", v.Slot().UnixMicro()-prev, (w + margin).Microseconds())
+			}
+			prev = v.Slot().UnixMicro()
+		}
+	})
+}
+
+// 10. Pause holds every decision until its end; a shorter pause never shortens it.
+func TestPause(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newLimiter(t, rdb, 0, pol(100, time.Second))
+		if err := l.Pause(ctx, prov, time.Now().Add(300*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Pause(ctx, prov, time.Now().Add(50*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		keys, _ := l.Keys(prov)
+		until, err := rdb.Get(ctx, keys[2]).Int64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := mustReserve(t, l, "a", 1, 0)
+		if v.Allowed || !v.Paused || v.RetryAfter != ceilMs(until-v.Now.UnixMicro()) {
+			t.Fatalf("during pause: %+v, want denied until %d", v, until)
+		}
+		if v.RetryAfter < 200*time.Millisecond {
+			t.Fatalf("the 50ms pause cut the 300ms one short: retry after %v", v.RetryAfter)
+		}
+		r := mustReserve(t, l, "b", 1, time.Second)
+		if !r.Allowed || r.Slot().UnixMicro() != until {
+			t.Fatalf("reservation during pause: %+v, want the slot %d", r, until)
+		}
+		st, err := l.Status(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.PausedUntil.UnixMicro() != until || st.Policies[0].Reserved != 1 || st.Policies[0].Used != 0 {
+			t.Fatalf("status during pause: %+v", st)
+		}
+	})
+}
+
+// 11. Entries older than the longest window are trimmed on every call; keys expire after the window plus
+// the reservation horizon.
+func TestTrimAndExpiry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const w = 100 * time.Millisecond
+		l := newLimiter(t, rdb, 0, pol(2, w))
+		mustReserve(t, l, "a", 1, 0)
+		mustReserve(t, l, "b", 1, 0)
+		time.Sleep(w + 20*time.Millisecond)
+		v := mustReserve(t, l, "c", 1, 500*time.Millisecond)
+		log := readLog(t, rdb, l) // also checks that cum was trimmed in step
+		if len(log) != 1 || log[0].id != "c" || v.Remaining != 1 {
+			t.Fatalf("after the window: log %v, verdict %+v", log, v)
+		}
+		// The old ids are forgotten: "a" is a new job now, not a duplicate.
+		if v := mustReserve(t, l, "a", 1, 0); !v.Allowed || v.Duplicate {
+			t.Fatalf("a after trim: %+v", v)
+		}
+		// Reserve a slot ahead, then check the keys outlive it by a window.
+		r := mustReserve(t, l, "d", 1, time.Second)
+		if r.Delay < 50*time.Millisecond {
+			t.Fatalf("d: want a reservation ahead, got %+v", r)
+		}
+		keys, _ := l.Keys(prov)
+		for _, k := range keys[:2] {
+			ttl, err := rdb.PTTL(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if min := r.Delay + w - 20*time.Millisecond; ttl < min {
+				t.Fatalf("%s: PTTL %v, want >= %v (horizon + window)", k, ttl, min)
+			}
+		}
+	})
+}
+
+// 12. Redis Cluster: all keys of one provider hash to one slot; providers spread over slots.
+func TestClusterHashTags(t *testing.T) {
+	ctx := context.Background()
+	cluster := backends(t)[1].rdb
+	names := []string{"acme", "globex", "initech", "umbrella", "hooli", "stark"}
+	ps := map[string][]gate.Policy{}
+	for _, n := range names {
+		ps[n] = []gate.Policy{pol(5, time.Second)}
+	}
+	l, err := gate.New(cluster, gate.Options{Prefix: uniquePrefix(t), Providers: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[int64]bool{}
+	for _, n := range names {
+		if _, err := l.Allow(ctx, n, "job", 1); err != nil {
+			t.Fatalf("%s: %v", n, err) // CROSSSLOT would surface here
+		}
+		keys, _ := l.Keys(n)
+		var slot int64 = -1
+		for _, k := range keys {
+			s, err := cluster.ClusterKeySlot(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slot >= 0 && s != slot {
+				t.Fatalf("%s: keys in slots %d and %d", n, slot, s)
+			}
+			slot = s
+		}
+		slots[slot] = true
+	}
+	if len(slots) < 3 {
+		t.Fatalf("%d providers share %d slots, want them spread", len(names), len(slots))
+	}
+}
+
+// 13. A Redis failure is an error, never an allow; a flushed script cache is reloaded transparently.
+func TestRedisFailures(t *testing.T) {
+	ctx := context.Background()
+	t.Run("unreachable", func(t *testing.T) {
+		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		defer dead.Close()
+		l := newLimiter(t, dead, 0, pol(10, time.Second))
+		v, err := l.Reserve(ctx, prov, "a", 1, 0)
+		if err == nil || v.Allowed {
+			t.Fatalf("verdict %+v err %v, want an error and no allow", v, err)
+		}
+		if _, err := l.Status(ctx, prov); err == nil {
+			t.Fatal("status: want an error")
+		}
+		if err := l.Pause(ctx, prov, time.Now().Add(time.Second)); err == nil {
+			t.Fatal("pause: want an error")
+		}
+	})
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newLimiter(t, rdb, 0, pol(10, time.Second))
+		mustReserve(t, l, "a", 1, 0)
+		flush := func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() }
+		var err error
+		if cc, ok := rdb.(*redis.ClusterClient); ok {
+			err = cc.ForEachMaster(ctx, flush)
+		} else {
+			err = flush(ctx, rdb.(*redis.Client))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := mustReserve(t, l, "b", 1, 0); !v.Allowed || v.Remaining != 8 {
+			t.Fatalf("after SCRIPT FLUSH: %+v", v)
+		}
+	})
+}
+
+func TestInputValidation(t *testing.T) {
+	rdb := backends(t)[0].rdb
+	l := newLimiter(t, rdb, 0, pol(3, time.Second), pol(10, time.Minute))
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		provider string
+		id       string
+		cost     int64
+		maxWait  time.Duration
+		want     string
+	}{
+		{"unknown provider", "nope", "a", 1, 0, `gate: unknown provider "nope"`},
+		{"empty id", prov, "", 1, 0, "gate: job id must be 1..128 bytes, got 0"},
+		{"long id", prov, string(make([]byte, 129)), 1, 0, "gate: job id must be 1..128 bytes, got 129"},
+		{"zero cost", prov, "a", 0, 0, "gate: cost must be 1..3 for provider acme, got 0"},
+		{"cost above smallest limit", prov, "a", 4, 0, "gate: cost must be 1..3 for provider acme, got 4"},
+		{"negative wait", prov, "a", 1, -time.Second, "gate: max wait must be >= 0, got -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := l.Reserve(ctx, tt.provider, tt.id, tt.cost, tt.maxWait)
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("err %v, want %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := l.Allow(ctx, "nope", "a", 1); !errors.Is(err, gate.ErrUnknownProvider) {
+		t.Fatalf("want ErrUnknownProvider, got %v", err)
+	}
+	for _, name := range []string{"a{b", "a:b", "a b", "*", "Acme", "", "a}"} {
+		_, err := gate.New(rdb, gate.Options{Prefix: "p", Providers: map[string][]gate.Policy{name: {pol(1, time.Second)}}})
+		if err == nil {
+			t.Errorf("provider name %q accepted; it would reach a Redis key", name)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newLimiter(t, rdb, 0, pol(2, 300*time.Millisecond), pol(10, time.Minute))
+		mustReserve(t, l, "a", 1, 0)
+		mustReserve(t, l, "b", 1, 0)
+		mustReserve(t, l, "c", 1, time.Second) // reserved one window later
+		st, err := l.Status(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p0, p1 := st.Policies[0], st.Policies[1]
+		if st.Entries != 3 || p0.Used != 2 || p0.Reserved != 1 || p0.Remaining != 0 {
+			t.Fatalf("policy 0: %+v (entries %d)", p0, st.Entries)
+		}
+		if p1.Used != 2 || p1.Reserved != 1 || p1.Remaining != 7 {
+			t.Fatalf("policy 1: %+v", p1)
+		}
+		// Everything leaves policy 0's window one window after the reservation at ~+300ms.
+		if p0.ResetAfter < 500*time.Millisecond || p0.ResetAfter > 600*time.Millisecond {
+			t.Fatalf("policy 0 reset after %v, want ~600ms", p0.ResetAfter)
+		}
+		if !st.PausedUntil.IsZero() {
+			t.Fatalf("paused until %v without a pause", st.PausedUntil)
+		}
+	})
+}
+
+func TestPolicyString(t *testing.T) {
+	for _, tt := range []struct {
+		p    gate.Policy
+		want string
+	}{
+		{pol(100, time.Second), "100/1s"},
+		{pol(3000, time.Minute), "3000/1m"},
+		{pol(100000, 24 * time.Hour), "100000/24h"},
+		{pol(5, 1500 * time.Millisecond), "5/1.5s"},
+		{pol(7, 90 * time.Minute), "7/1h30m"},
+	} {
+		if got := tt.p.String(); got != tt.want {
+			t.Errorf("%v: got %q, want %q", tt.p, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package gate_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// Real servers, started by scripts/services.sh; override with PAYGATE_TEST_REDIS and
+// PAYGATE_TEST_REDIS_CLUSTER (comma-separated).
+func redisAddr() string { return envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379") }
+func clusterAddrs() []string {
+	return strings.Split(envOr("PAYGATE_TEST_REDIS_CLUSTER", "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"), ",")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+type backend struct {
+	name string
+	rdb  redis.UniversalClient
+}
+
+// backends connects to the single node and to the cluster. An unreachable server fails the test: the gate's
+// semantics are only proven against real Redis (run scripts/services.sh up).
+func backends(t testing.TB) []backend {
+	t.Helper()
+	single := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs()})
+	t.Cleanup(func() { single.Close(); cluster.Close() })
+	bs := []backend{{"single", single}, {"cluster", cluster}}
+	for _, b := range bs {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := b.rdb.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			t.Fatalf("redis %s unreachable (%v): run scripts/services.sh up", b.name, err)
+		}
+	}
+	return bs
+}
+
+// eachBackend runs fn as a parallel subtest against the single node and the cluster.
+func eachBackend(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Helper()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, b.rdb)
+		})
+	}
+}
+
+// uniquePrefix isolates a test's keys so tests can run in parallel against one server.
+func uniquePrefix(t testing.TB) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	name := strings.NewReplacer("/", "-", " ", "_", "{", "", "}", "").Replace(t.Name())
+	return "test-" + name + "-" + hex.EncodeToString(b[:])
+}
+
+const prov = "acme"
+
+func newLimiter(t testing.TB, rdb redis.Scripter, margin time.Duration, policies ...gate.Policy) *gate.Limiter {
+	t.Helper()
+	l, err := gate.New(rdb, gate.Options{
+		Prefix:    uniquePrefix(t),
+		Margin:    margin,
+		Providers: map[string][]gate.Policy{prov: policies},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func pol(limit int64, window time.Duration) gate.Policy { return gate.Policy{Limit: limit, Window: window} }
+
+func mustReserve(t testing.TB, l *gate.Limiter, id string, cost int64, maxWait time.Duration) gate.Verdict {
+	t.Helper()
+	v, err := l.Reserve(context.Background(), prov, id, cost, maxWait)
+	if err != nil {
+		t.Fatalf("reserve %s: %v", id, err)
+	}
+	return v
+}
+
+// entry is one job in the raw log, read back from Redis.
+type entry struct {
+	id   string
+	slot int64 // µs
+	cost int64
+}
+
+// readLog reads a provider's raw log back: ids, slots and each job's cost (the step in the running total).
+func readLog(t testing.TB, rdb redis.UniversalClient, l *gate.Limiter) []entry {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := l.Keys(prov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := rdb.ZRangeWithScores(ctx, keys[0], 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cums, err := rdb.ZRangeWithScores(ctx, keys[1], 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slots) > 0 && (len(cums) != len(slots)+1 || cums[0].Member != "") {
+		t.Fatalf("cum set out of step with the log: %d log entries, cum %v", len(slots), cums[:min(3, len(cums))])
+	}
+	cost := map[string]int64{}
+	for i := 1; i < len(cums); i++ {
+		cost[cums[i].Member.(string)] = int64(cums[i].Score - cums[i-1].Score)
+	}
+	out := make([]entry, 0, len(slots))
+	for _, z := range slots {
+		id := z.Member.(string)
+		c, ok := cost[id]
+		if !ok || c < 1 {
+			t.Fatalf("log entry %s has no cost in cum (%d)", id, c)
+		}
+		out = append(out, entry{id: id, slot: int64(z.Score), cost: c})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].slot < out[j].slot })
+	return out
+}
+
+// maxInWindow returns the largest total cost of entries with slot in (t-w, t] over every t.
+func maxInWindow(entries []entry, w time.Duration) int64 {
+	wµ := w.Microseconds()
+	var best, sum int64
+	lo := 0
+	for hi := range entries {
+		sum += entries[hi].cost
+		for entries[lo].slot <= entries[hi].slot-wµ {
+			sum -= entries[lo].cost
+			lo++
+		}
+		// Entries sharing entries[hi].slot that come later in the slice belong to the same window.
+		if hi+1 < len(entries) && entries[hi+1].slot == entries[hi].slot {
+			continue
+		}
+		best = max(best, sum)
+	}
+	return best
+}
+
+func redisTime(t testing.TB, rdb redis.UniversalClient) int64 {
+	t.Helper()
+	tm, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMicro()
+}
+
+func ceilMs(µs int64) time.Duration {
+	return (time.Duration(µs)*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+func id(i int) string { return "job-" + strconv.Itoa(i) }

@@ -1,0 +1,20 @@
+// Package lua holds paygate's Redis scripts. go:embed cannot reach a parent directory, so the scripts live
+// here, one per file, each with a header documenting its KEYS, ARGV and reply; package gate runs them.
+package lua
+
+import _ "embed"
+
+// SlidingLog admits, reserves or denies one job against all of one provider's policies.
+//
+//go:embed sliding_log.lua
+var SlidingLog string
+
+// Pause stops admissions for one provider until a moment on the Redis clock.
+//
+//go:embed pause.lua
+var Pause string
+
+// Status reports one provider's use of each policy without changing anything.
+//
+//go:embed status.lua
+var Status string

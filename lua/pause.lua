@@ -1,0 +1,16 @@
+-- pause.lua: stop admissions for one provider until a moment on the Redis clock (a 429 with Retry-After).
+--
+-- KEYS[1] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
+--
+-- ARGV[1] -> pause length µs, counted from Redis TIME (> 0)
+--
+-- Returns until_us: the pause now in force (a shorter pause never cuts a longer one short).
+-- The key expires one second after the pause ends.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local until_us = now + tonumber(ARGV[1])
+local current = tonumber(redis.call('GET', KEYS[1]) or 0)
+if current > until_us then until_us = current end
+redis.call('SET', KEYS[1], string.format('%.0f', until_us), 'PX', math.ceil((until_us - now) / 1000) + 1000)
+return until_us

@@ -1,0 +1,492 @@
+// Package config loads paygate's YAML configuration with viper, overlays PAYGATE_<PATH> environment
+// variables, and validates the result. Nothing else in paygate knows viper.
+//
+// Loading is strict: an unknown key is an error naming it, and Validate reports every problem at once, each
+// with its field path and the bad value ("providers.acme.limits[0].per: must be > 0, got 0s").
+// Secrets are never in the file: it names the environment variables that hold them.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+// EnvPrefix starts every environment override: PAYGATE_REDIS_ADDRS overrides redis.addrs.
+const EnvPrefix = "PAYGATE"
+
+// Config is paygate's whole configuration.
+type Config struct {
+	Log       Log                 `mapstructure:"log"`
+	HTTP      HTTP                `mapstructure:"http"`
+	Redis     Redis               `mapstructure:"redis"`
+	Gate      Gate                `mapstructure:"gate"`
+	Broker    Broker              `mapstructure:"broker"`
+	Worker    Worker              `mapstructure:"worker"`
+	Providers map[string]Provider `mapstructure:"providers"`
+}
+
+// Log configures zap.
+type Log struct {
+	Level  string `mapstructure:"level"`  // debug | info | warn | error
+	Format string `mapstructure:"format"` // json | console
+}
+
+// HTTP is the operations endpoint: /metrics, /healthz, /readyz.
+type HTTP struct {
+	Listen string `mapstructure:"listen"`
+}
+
+// Redis locates the gate's Redis: one address is a single node, several a Redis Cluster, and a master name
+// means Sentinel (the addresses are then the sentinels).
+type Redis struct {
+	Addrs       []string `mapstructure:"addrs"`
+	MasterName  string   `mapstructure:"master_name"`
+	Username    string   `mapstructure:"username"`
+	PasswordEnv string   `mapstructure:"password_env"` // name of the variable holding the password
+	DB          int      `mapstructure:"db"`
+	TLS         bool     `mapstructure:"tls"`
+	KeyPrefix   string   `mapstructure:"key_prefix"`
+}
+
+// Gate tunes the budget decisions.
+type Gate struct {
+	// Margin is added to every window to absorb jitter between the gate's decision and the provider's
+	// receipt; it costs Margin/Window of the budget.
+	Margin time.Duration `mapstructure:"margin"`
+}
+
+// Broker selects and configures the job queue.
+type Broker struct {
+	Kind     string   `mapstructure:"kind"` // rabbitmq | kafka
+	RabbitMQ RabbitMQ `mapstructure:"rabbitmq"`
+	Kafka    Kafka    `mapstructure:"kafka"`
+}
+
+// RabbitMQ names the broker URL's environment variable (it holds credentials) and the topology.
+type RabbitMQ struct {
+	URLEnv   string `mapstructure:"url_env"`
+	Exchange string `mapstructure:"exchange"`
+	Prefetch int    `mapstructure:"prefetch"`
+}
+
+// Kafka configures the Kafka adapter.
+type Kafka struct {
+	Brokers     []string `mapstructure:"brokers"`
+	Group       string   `mapstructure:"group"`
+	TopicPrefix string   `mapstructure:"topic_prefix"`
+}
+
+// Worker tunes job processing.
+type Worker struct {
+	Concurrency     int             `mapstructure:"concurrency"`     // per provider per process
+	MaxInlineWait   time.Duration   `mapstructure:"max_inline_wait"` // longest reservation waited in-process
+	MaxAttempts     int             `mapstructure:"max_attempts"`
+	MaxDeferralAge  time.Duration   `mapstructure:"max_deferral_age"`
+	ShutdownTimeout time.Duration   `mapstructure:"shutdown_timeout"`
+	DelayTiers      []time.Duration `mapstructure:"delay_tiers"`
+}
+
+// Provider is one payment provider's API and rate limits.
+type Provider struct {
+	URL     string        `mapstructure:"url"`
+	Timeout time.Duration `mapstructure:"timeout"`
+	Limits  []Limit       `mapstructure:"limits"`
+}
+
+// Limit is one window: at most Requests units of cost per Per.
+type Limit struct {
+	Requests int64         `mapstructure:"requests"`
+	Per      time.Duration `mapstructure:"per"`
+}
+
+// defaults are documented in README.md and config.yaml; every key has one (or is listed with an empty
+// value), which is also what lets PAYGATE_<PATH> override a key the file leaves out.
+var defaults = map[string]any{
+	"log.level":                 "info",
+	"log.format":                "json",
+	"http.listen":               "127.0.0.1:9090",
+	"redis.addrs":               []string{"127.0.0.1:6379"},
+	"redis.master_name":         "",
+	"redis.username":            "",
+	"redis.password_env":        "PAYGATE_REDIS_PASSWORD",
+	"redis.db":                  0,
+	"redis.tls":                 false,
+	"redis.key_prefix":          "paygate",
+	"gate.margin":               "5ms",
+	"broker.kind":               "rabbitmq",
+	"broker.rabbitmq.url_env":   "PAYGATE_AMQP_URL",
+	"broker.rabbitmq.exchange":  "payments",
+	"broker.rabbitmq.prefetch":  32,
+	"broker.kafka.brokers":      []string{"127.0.0.1:9092"},
+	"broker.kafka.group":        "paygate",
+	"broker.kafka.topic_prefix": "payments",
+	"worker.concurrency":        16,
+	"worker.max_inline_wait":    "5s",
+	"worker.max_attempts":       8,
+	"worker.max_deferral_age":   "24h",
+	"worker.shutdown_timeout":   "30s",
+	"worker.delay_tiers":        []string{"1s", "5s", "30s", "2m", "10m", "1h"},
+}
+
+// Load reads the YAML file at path (empty: defaults only), overlays PAYGATE_<PATH> environment variables,
+// and validates. A *ValidationError lists every problem found.
+func Load(path string) (*Config, error) {
+	v := viper.New()
+	for k, d := range defaults {
+		v.SetDefault(k, d)
+	}
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	var p problems
+	if path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config: read %s: %w", path, err)
+		}
+		p = append(p, upperCaseProviders(path)...)
+	}
+	unknown := unknownKeys(v.AllSettings(), reflect.TypeFor[Config](), "")
+	p = append(p, unknown...)
+	var c Config
+	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, commaListHook))
+	decode := v.UnmarshalExact // a backstop: unknownKeys names unknown keys with their full paths
+	if len(unknown) > 0 {
+		decode = v.Unmarshal
+	}
+	if err := decode(&c, hook); err != nil {
+		return nil, &ValidationError{Problems: append(p, decodeProblems(err)...)}
+	}
+	if err := c.Validate(); err != nil {
+		p = append(p, err.(*ValidationError).Problems...)
+	}
+	if len(p) > 0 {
+		return nil, &ValidationError{Problems: p}
+	}
+	return &c, nil
+}
+
+// upperCaseProviders names providers written with capitals: viper lowercases keys, so "Acme" would
+// silently become "acme" while jobs keep saying "Acme".
+func upperCaseProviders(path string) []string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil // ReadInConfig just read it; nothing new to report
+	}
+	var doc struct {
+		Providers map[string]any `yaml:"providers"`
+	}
+	if yaml.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	var out []string
+	for name := range doc.Providers {
+		// Names invalid in lower case too are reported by Validate.
+		if name != strings.ToLower(name) && providerName.MatchString(strings.ToLower(name)) {
+			out = append(out, fmt.Sprintf("providers.%s: provider name must match [a-z0-9_-]{1,64}, got %q", name, name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ValidationError lists every problem in a configuration, one per line, each starting with its field path.
+type ValidationError struct {
+	Problems []string
+}
+
+func (e *ValidationError) Error() string {
+	return "config: " + strings.Join(e.Problems, "\nconfig: ")
+}
+
+// durationHook decodes "1s"-style strings into durations and refuses bare numbers, which mapstructure would
+// otherwise read as nanoseconds.
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.String:
+		d, err := time.ParseDuration(strings.TrimSpace(data.(string)))
+		if err != nil {
+			return nil, fmt.Errorf("want a duration such as 500ms, 1s, 1m or 24h, got %q", data)
+		}
+		return d, nil
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64, reflect.Float32, reflect.Uint, reflect.Uint64:
+		return nil, fmt.Errorf("a duration needs a unit (500ms, 1s, 1m, 24h), got %v", data)
+	}
+	return data, nil
+}
+
+// commaListHook lets a list be given as "a,b,c" (environment variables): viper hands PAYGATE_REDIS_ADDRS
+// over split on whitespace only.
+func commaListHook(from, to reflect.Type, data any) (any, error) {
+	if to.Kind() != reflect.Slice {
+		return data, nil
+	}
+	var items []string
+	switch d := data.(type) {
+	case string:
+		items = []string{d}
+	case []string:
+		items = d
+	default:
+		return data, nil
+	}
+	out := []string{}
+	for _, item := range items {
+		for part := range strings.SplitSeq(item, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				out = append(out, part)
+			}
+		}
+	}
+	return out, nil
+}
+
+// decodeProblems turns mapstructure's error tree into one line per field.
+func decodeProblems(err error) []string {
+	var out []string
+	var de *mapstructure.DecodeError
+	for _, e := range flatten(err) {
+		if errors.As(e, &de) {
+			out = append(out, fmt.Sprintf("%s: %v", fieldPath(de.Name()), de.Unwrap()))
+			continue
+		}
+		out = append(out, e.Error())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// flatten finds the leaves of an error tree: every *mapstructure.DecodeError, however deeply joined or wrapped.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	if _, ok := err.(*mapstructure.DecodeError); !ok {
+		if inner := errors.Unwrap(err); inner != nil {
+			return flatten(inner)
+		}
+	}
+	return []error{err}
+}
+
+// fieldPath rewrites mapstructure's "providers[acme].limits[0].per" as "providers.acme.limits[0].per".
+var mapIndex = regexp.MustCompile(`\[([^\]0-9][^\]]*)\]`)
+
+func fieldPath(name string) string { return mapIndex.ReplaceAllString(name, ".$1") }
+
+// unknownKeys walks the settings viper read against the Config type and names every key it does not know.
+func unknownKeys(settings map[string]any, t reflect.Type, path string) []string {
+	known := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		known[f.Tag.Get("mapstructure")] = f.Type
+	}
+	var out []string
+	for key, val := range settings {
+		p := join(path, key)
+		ft, ok := known[key]
+		if !ok {
+			out = append(out, fmt.Sprintf("%s: unknown key", p))
+			continue
+		}
+		out = append(out, unknownIn(val, ft, p)...)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func unknownIn(val any, t reflect.Type, path string) []string {
+	switch {
+	case t.Kind() == reflect.Struct && t != reflect.TypeFor[time.Duration]():
+		if m, ok := val.(map[string]any); ok {
+			return unknownKeys(m, t, path)
+		}
+	case t.Kind() == reflect.Map:
+		if m, ok := val.(map[string]any); ok {
+			var out []string
+			for k, v := range m {
+				out = append(out, unknownIn(v, t.Elem(), join(path, k))...)
+			}
+			return out
+		}
+	case t.Kind() == reflect.Slice:
+		if s, ok := val.([]any); ok {
+			var out []string
+			for i, v := range s {
+				out = append(out, unknownIn(v, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+			}
+			return out
+		}
+	}
+	return nil // type mismatches are reported by the decoder
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+var (
+	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	resourceName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+)
+
+// Validate reports every problem in c, each with its field path and the bad value.
+func (c *Config) Validate() error {
+	var p problems
+	p.check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level),
+		"log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	p.check(slices.Contains([]string{"json", "console"}, c.Log.Format),
+		"log.format", "must be json or console, got %q", c.Log.Format)
+	p.hostPort("http.listen", c.HTTP.Listen)
+
+	p.check(len(c.Redis.Addrs) > 0, "redis.addrs", "must list at least one host:port")
+	for i, a := range c.Redis.Addrs {
+		p.hostPort(fmt.Sprintf("redis.addrs[%d]", i), a)
+	}
+	p.env("redis.password_env", c.Redis.PasswordEnv, true)
+	p.check(c.Redis.DB >= 0, "redis.db", "must be >= 0, got %d", c.Redis.DB)
+	p.check(c.Redis.DB == 0 || len(c.Redis.Addrs) < 2 || c.Redis.MasterName != "",
+		"redis.db", "must be 0 with Redis Cluster (several addrs), got %d", c.Redis.DB)
+	p.check(c.Redis.KeyPrefix != "" && !strings.ContainsAny(c.Redis.KeyPrefix, "{} \t\n"),
+		"redis.key_prefix", "must be non-empty, without braces or whitespace, got %q", c.Redis.KeyPrefix)
+
+	p.check(c.Gate.Margin >= 0, "gate.margin", "must be >= 0, got %s", c.Gate.Margin)
+
+	switch c.Broker.Kind {
+	case "rabbitmq":
+		r := c.Broker.RabbitMQ
+		p.env("broker.rabbitmq.url_env", r.URLEnv, false)
+		p.check(resourceName.MatchString(r.Exchange), "broker.rabbitmq.exchange",
+			"must be 1..200 of [A-Za-z0-9._-], got %q", r.Exchange)
+		p.check(r.Prefetch >= 1, "broker.rabbitmq.prefetch", "must be >= 1, got %d", r.Prefetch)
+	case "kafka":
+		k := c.Broker.Kafka
+		p.check(len(k.Brokers) > 0, "broker.kafka.brokers", "must list at least one host:port")
+		for i, b := range k.Brokers {
+			p.hostPort(fmt.Sprintf("broker.kafka.brokers[%d]", i), b)
+		}
+		p.check(k.Group != "", "broker.kafka.group", "must be non-empty")
+		p.check(resourceName.MatchString(k.TopicPrefix), "broker.kafka.topic_prefix",
+			"must be 1..200 of [A-Za-z0-9._-], got %q", k.TopicPrefix)
+	default:
+		p.add("broker.kind", "must be rabbitmq or kafka, got %q", c.Broker.Kind)
+	}
+
+	w := c.Worker
+	p.check(w.Concurrency >= 1, "worker.concurrency", "must be >= 1, got %d", w.Concurrency)
+	p.check(w.MaxInlineWait >= 0, "worker.max_inline_wait", "must be >= 0, got %s", w.MaxInlineWait)
+	p.check(w.MaxAttempts >= 1, "worker.max_attempts", "must be >= 1, got %d", w.MaxAttempts)
+	p.check(w.MaxDeferralAge > 0, "worker.max_deferral_age", "must be > 0, got %s", w.MaxDeferralAge)
+	p.check(w.ShutdownTimeout > 0, "worker.shutdown_timeout", "must be > 0, got %s", w.ShutdownTimeout)
+	p.check(len(w.DelayTiers) > 0, "worker.delay_tiers", "must list at least one delay")
+	for i, d := range w.DelayTiers {
+		switch {
+		case d < time.Millisecond:
+			p.add(fmt.Sprintf("worker.delay_tiers[%d]", i), "must be >= 1ms, got %s", d)
+		case i > 0 && d <= w.DelayTiers[i-1]:
+			p.add(fmt.Sprintf("worker.delay_tiers[%d]", i), "must be longer than the tier before (%s), got %s", w.DelayTiers[i-1], d)
+		}
+	}
+
+	p.check(len(c.Providers) > 0, "providers", "must configure at least one provider")
+	for _, name := range c.ProviderNames() {
+		c.Providers[name].validate(&p, "providers."+name, name, c.Gate.Margin)
+	}
+	if len(p) > 0 {
+		return &ValidationError{Problems: p}
+	}
+	return nil
+}
+
+func (pr Provider) validate(p *problems, path, name string, margin time.Duration) {
+	p.check(providerName.MatchString(name), path, "provider name must match [a-z0-9_-]{1,64}, got %q", name)
+	u, err := url.Parse(pr.URL)
+	p.check(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "",
+		path+".url", "must be an absolute http or https URL, got %q", pr.URL)
+	p.check(pr.Timeout > 0, path+".timeout", "must be > 0, got %s", pr.Timeout)
+	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
+	seen := map[time.Duration]int{}
+	for i, l := range pr.Limits {
+		lp := fmt.Sprintf("%s.limits[%d]", path, i)
+		p.check(l.Requests >= 1, lp+".requests", "must be >= 1, got %d", l.Requests)
+		switch {
+		case l.Per <= 0:
+			p.add(lp+".per", "must be > 0, got %s", l.Per)
+		case l.Per < time.Millisecond:
+			p.add(lp+".per", "must be >= 1ms, got %s", l.Per)
+		case margin >= l.Per:
+			p.add(lp+".per", "must be longer than gate.margin (%s), got %s", margin, l.Per)
+		}
+		if j, dup := seen[l.Per]; dup && l.Per > 0 {
+			p.add(lp+".per", "repeats the window of limits[%d] (%s); keep the tighter one", j, l.Per)
+		}
+		seen[l.Per] = i
+	}
+}
+
+// ProviderNames returns the configured providers' names, sorted.
+func (c *Config) ProviderNames() []string {
+	names := make([]string, 0, len(c.Providers))
+	for n := range c.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Secret reads the environment variable named by a *_env key. The value never goes into logs or errors.
+func Secret(envVar string) string {
+	if envVar == "" {
+		return ""
+	}
+	return os.Getenv(envVar)
+}
+
+type problems []string
+
+func (p *problems) add(path, format string, args ...any) {
+	*p = append(*p, path+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *problems) check(ok bool, path, format string, args ...any) {
+	if !ok {
+		p.add(path, format, args...)
+	}
+}
+
+func (p *problems) hostPort(path, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	p.check(err == nil && port != "" && (host != "" || path == "http.listen"), path, "must be host:port, got %q", addr)
+}
+
+func (p *problems) env(path, name string, optional bool) {
+	if name == "" && optional {
+		return
+	}
+	p.check(envName.MatchString(name), path, "must name an environment variable, got %q", name)
+}

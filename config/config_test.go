@@ -1,0 +1,165 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paygate/paygate/config"
+)
+
+func TestLoadValid(t *testing.T) {
+	c, err := config.Load("testdata/valid.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ProviderNames(); !reflect.DeepEqual(got, []string{"acme", "globex"}) {
+		t.Fatalf("providers %v", got)
+	}
+	want := []config.Limit{{Requests: 100, Per: time.Second}, {Requests: 3000, Per: time.Minute}}
+	if !reflect.DeepEqual(c.Providers["acme"].Limits, want) {
+		t.Fatalf("acme limits %+v", c.Providers["acme"].Limits)
+	}
+	if c.Redis.Mode() != "cluster" {
+		t.Fatalf("two addrs: mode %s, want cluster", c.Redis.Mode())
+	}
+	// Defaults fill what the file leaves out.
+	if c.Worker.MaxInlineWait != 5*time.Second || c.Gate.Margin != 5*time.Millisecond ||
+		c.Broker.RabbitMQ.Exchange != "payments" || c.Redis.KeyPrefix != "paygate" ||
+		!reflect.DeepEqual(c.Worker.DelayTiers, []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}) {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+}
+
+// The shipped config.yaml is valid and says what the defaults say.
+func TestShippedConfig(t *testing.T) {
+	c, err := config.Load("../config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := config.Load(writeFile(t, "providers: {acme: {url: 'http://127.0.0.1:8081/payments', timeout: 10s, limits: [{requests: 100, per: 1s}, {requests: 3000, per: 1m}]}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c, d) {
+		t.Fatalf("config.yaml and the built-in defaults disagree:\nfile     %+v\ndefaults %+v", c, d)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string // every line, in order
+	}{
+		{"misspelled_key.yaml", []string{
+			"providers.acme.limts: unknown key",
+			"redis.adress: unknown key",
+			"providers.acme.limits: must list at least one {requests, per}",
+		}},
+		{"unknown_limit_key.yaml", []string{"providers.acme.limits[0].burst: unknown key"}},
+		{"bad_values.yaml", []string{
+			`log.level: must be debug, info, warn or error, got "loud"`,
+			`log.format: must be json or console, got "xml"`,
+			`redis.addrs[0]: must be host:port, got "localhost"`,
+			`redis.password_env: must name an environment variable, got "not a var"`,
+			`redis.key_prefix: must be non-empty, without braces or whitespace, got "pay{gate}"`,
+			`broker.kind: must be rabbitmq or kafka, got "sqs"`,
+			`worker.concurrency: must be >= 1, got 0`,
+			`worker.max_attempts: must be >= 1, got 0`,
+			`worker.delay_tiers[1]: must be longer than the tier before (5s), got 1s`,
+			`providers.acme.url: must be an absolute http or https URL, got "ftp://example.com"`,
+			`providers.acme.timeout: must be > 0, got 0s`,
+			`providers.acme.limits[0].requests: must be >= 1, got 0`,
+			`providers.acme.limits[0].per: must be > 0, got 0s`,
+			`providers.acme.limits[2].per: repeats the window of limits[1] (1s); keep the tighter one`,
+			`providers.bad name: provider name must match [a-z0-9_-]{1,64}, got "bad name"`,
+			`providers.bad name.limits: must list at least one {requests, per}`,
+		}},
+		{"bad_types.yaml", []string{
+			`providers.acme.limits[0].requests: cannot parse value as 'int64': strconv.ParseInt: invalid syntax`,
+			`worker.max_inline_wait: a duration needs a unit (500ms, 1s, 1m, 24h), got 5`,
+			`worker.shutdown_timeout: want a duration such as 500ms, 1s, 1m or 24h, got "soon"`,
+		}},
+		{"no_providers.yaml", []string{"providers: must configure at least one provider"}},
+		{"upper_case_provider.yaml", []string{`providers.Acme: provider name must match [a-z0-9_-]{1,64}, got "Acme"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			_, err := config.Load(filepath.Join("testdata", tt.file))
+			var ve *config.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("want a *ValidationError, got %v", err)
+			}
+			if !reflect.DeepEqual(ve.Problems, tt.want) {
+				t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(ve.Problems, "\n"), strings.Join(tt.want, "\n"))
+			}
+			if !strings.HasPrefix(err.Error(), "config: "+tt.want[0]) {
+				t.Fatalf("message %q", err)
+			}
+		})
+	}
+}
+
+func TestLoadUnreadable(t *testing.T) {
+	for _, f := range []string{"testdata/not_yaml.yaml", "testdata/missing.yaml"} {
+		_, err := config.Load(f)
+		if err == nil || !strings.Contains(err.Error(), "config: read "+f) {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	t.Setenv("PAYGATE_REDIS_ADDRS", "10.0.0.1:6379,10.0.0.2:6379")
+	t.Setenv("PAYGATE_BROKER_KIND", "kafka")
+	t.Setenv("PAYGATE_WORKER_MAX_INLINE_WAIT", "2s")
+	t.Setenv("PAYGATE_WORKER_DELAY_TIERS", "2s,1m")
+	t.Setenv("PAYGATE_PROVIDERS_ACME_TIMEOUT", "3s")
+	t.Setenv("PAYGATE_GATE_MARGIN", "1ms")
+	c, err := config.Load("testdata/valid.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Redis.Addrs, []string{"10.0.0.1:6379", "10.0.0.2:6379"}) || c.Broker.Kind != "kafka" ||
+		c.Worker.MaxInlineWait != 2*time.Second || c.Providers["acme"].Timeout != 3*time.Second ||
+		c.Gate.Margin != time.Millisecond || !reflect.DeepEqual(c.Worker.DelayTiers, []time.Duration{2 * time.Second, time.Minute}) {
+		t.Fatalf("env not applied: %+v", c)
+	}
+	t.Setenv("PAYGATE_BROKER_KIND", "carrier-pigeon")
+	if _, err := config.Load("testdata/valid.yaml"); err == nil || !strings.Contains(err.Error(), `broker.kind: must be rabbitmq or kafka, got "carrier-pigeon"`) {
+		t.Fatalf("bad env value: %v", err)
+	}
+}
+
+func TestRedisSecretFromEnv(t *testing.T) {
+	const secret = "s3cr3t-redis-pass"
+	t.Setenv("PAYGATE_REDIS_PASSWORD", secret)
+	c, err := config.Load("testdata/valid.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := c.Redis.Options(); o.Password != secret || len(o.Addrs) != 2 {
+		t.Fatalf("options %+v", o)
+	}
+	if s := c.Redis.String(); strings.Contains(s, secret) || !strings.Contains(s, "$PAYGATE_REDIS_PASSWORD") {
+		t.Fatalf("description %q", s)
+	}
+	// A password written into the file is an unknown key, not a silently used secret.
+	_, err = config.Load(writeFile(t, "redis: {password: hunter2}\nproviders: {a: {url: 'http://x:1', timeout: 1s, limits: [{requests: 1, per: 1s}]}}"))
+	if err == nil || !strings.Contains(err.Error(), "redis.password: unknown key") || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("password in file: %v", err)
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -33,8 +33,27 @@ var (
 	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 )
 
-// ErrUnknownProvider is returned for a provider the gate was not configured with.
-var ErrUnknownProvider = errors.New("unknown provider")
+var (
+	// ErrInvalid is matched (errors.Is) by every error about the caller's input rather than Redis: an
+	// unknown provider, a bad job id, cost or max wait. Such a request can never succeed as it is.
+	ErrInvalid = errors.New("invalid request")
+	// ErrUnknownProvider is returned for a provider the gate was not configured with; it matches ErrInvalid.
+	ErrUnknownProvider = errors.New("unknown provider")
+)
+
+// invalidError is an input error: its message is the caller's, and it matches ErrInvalid.
+type invalidError struct {
+	msg   string
+	cause error
+}
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Unwrap() error        { return e.cause }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
 
 // Policy is one rate limit: at most Limit units of cost in any window of length Window.
 type Policy struct {
@@ -173,11 +192,11 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 	}
 	switch {
 	case jobID == "" || len(jobID) > MaxIDLen:
-		return Verdict{}, fmt.Errorf("gate: job id must be 1..%d bytes, got %d", MaxIDLen, len(jobID))
+		return Verdict{}, invalidf("gate: job id must be 1..%d bytes, got %d", MaxIDLen, len(jobID))
 	case cost < 1 || cost > p.minLimit:
-		return Verdict{}, fmt.Errorf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
+		return Verdict{}, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
 	case maxWait < 0:
-		return Verdict{}, fmt.Errorf("gate: max wait must be >= 0, got %s", maxWait)
+		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
 	}
 	args := make([]any, 0, 3+len(p.args))
 	args = append(args, jobID, cost, micros(maxWait))
@@ -294,7 +313,7 @@ func (l *Limiter) Keys(providerName string) ([]string, error) {
 func (l *Limiter) provider(name string) (provider, error) {
 	p, ok := l.providers[name]
 	if !ok {
-		return provider{}, fmt.Errorf("gate: %w %q", ErrUnknownProvider, name)
+		return provider{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", name), cause: ErrUnknownProvider}
 	}
 	return p, nil
 }

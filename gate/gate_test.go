@@ -304,7 +304,7 @@ func TestMargin(t *testing.T) {
 		var prev int64
 		for i := range 3 {
 			v := mustReserve(t, l, id(i), 1, time.Second)
-			if i > 0 && v.Slot().UnixMicro()-prev != (w + margin).Microseconds() {
+			if i > 0 && v.Slot().UnixMicro()-prev != (w+margin).Microseconds() {
 				t.Fatalf("slot gap %dµs, want %dµs", v.Slot().UnixMicro()-prev, (w + margin).Microseconds())
 			}
 			prev = v.Slot().UnixMicro()
@@ -431,8 +431,8 @@ func TestRedisFailures(t *testing.T) {
 		defer dead.Close()
 		l := newLimiter(t, dead, 0, pol(10, time.Second))
 		v, err := l.Reserve(ctx, prov, "a", 1, 0)
-		if err == nil || v.Allowed {
-			t.Fatalf("verdict %+v err %v, want an error and no allow", v, err)
+		if err == nil || v.Allowed || errors.Is(err, gate.ErrInvalid) {
+			t.Fatalf("verdict %+v err %v, want a Redis error and no allow", v, err)
 		}
 		if _, err := l.Status(ctx, prov); err == nil {
 			t.Fatal("status: want an error")
@@ -482,8 +482,8 @@ func TestInputValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := l.Reserve(ctx, tt.provider, tt.id, tt.cost, tt.maxWait)
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("err %v, want %q", err, tt.want)
+			if err == nil || err.Error() != tt.want || !errors.Is(err, gate.ErrInvalid) {
+				t.Fatalf("err %v, want %q matching ErrInvalid", err, tt.want)
 			}
 		})
 	}
@@ -533,9 +533,9 @@ func TestPolicyString(t *testing.T) {
 	}{
 		{pol(100, time.Second), "100/1s"},
 		{pol(3000, time.Minute), "3000/1m"},
-		{pol(100000, 24 * time.Hour), "100000/24h"},
-		{pol(5, 1500 * time.Millisecond), "5/1.5s"},
-		{pol(7, 90 * time.Minute), "7/1h30m"},
+		{pol(100000, 24*time.Hour), "100000/24h"},
+		{pol(5, 1500*time.Millisecond), "5/1.5s"},
+		{pol(7, 90*time.Minute), "7/1h30m"},
 	} {
 		if got := tt.p.String(); got != tt.want {
 			t.Errorf("%v: got %q, want %q", tt.p, got, tt.want)

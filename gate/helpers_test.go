@@ -90,7 +90,9 @@ func newLimiter(t testing.TB, rdb redis.Scripter, margin time.Duration, policies
 	return l
 }
 
-func pol(limit int64, window time.Duration) gate.Policy { return gate.Policy{Limit: limit, Window: window} }
+func pol(limit int64, window time.Duration) gate.Policy {
+	return gate.Policy{Limit: limit, Window: window}
+}
 
 func mustReserve(t testing.TB, l *gate.Limiter, id string, cost int64, maxWait time.Duration) gate.Verdict {
 	t.Helper()

@@ -1,0 +1,117 @@
+// Command worker is paygate's single binary: the worker itself and the operator tools around it.
+//
+//	worker check-config --config FILE
+//	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D]
+//	worker gate status  --config FILE --provider NAME [--json]
+//
+// Exit status: 0 success (a denied gate try is a success), 1 a runtime failure (Redis unreachable, say),
+// 2 bad usage or an invalid configuration; the message goes to stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: worker <command> [flags]
+
+commands:
+  check-config   validate a configuration file and print its providers and limits
+  gate try       ask the gate once for a provider's budget and print the verdict as JSON
+  gate status    print each of a provider's policies: use, reservations, remaining, reset
+
+Run "worker <command> -h" for a command's flags.
+`
+
+// usageError marks bad flags or arguments: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := dispatch(ctx, args, stdout, stderr)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintln(stderr, "worker:", err)
+		var ue usageError
+		var ce configError
+		if errors.As(err, &ue) || errors.As(err, &ce) {
+			return 2
+		}
+		return 1
+	}
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{errors.New("no command")}
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "check-config":
+		return checkConfig(rest, stdout, stderr)
+	case "gate":
+		if len(rest) == 0 {
+			return usageError{errors.New("gate: want a subcommand: try or status")}
+		}
+		switch rest[0] {
+		case "try":
+			return gateTry(ctx, rest[1:], stdout, stderr)
+		case "status":
+			return gateStatus(ctx, rest[1:], stdout, stderr)
+		}
+		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try or status)", rest[0])}
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError{fmt.Errorf("unknown command %q", cmd)}
+	}
+}
+
+// newFlags returns a flag set that reports errors instead of exiting, with the shared --config flag.
+func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := fs.String("config", envOr("PAYGATE_CONFIG", "config.yaml"), "configuration file (env PAYGATE_CONFIG)")
+	return fs, cfg
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+	}
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var binary string // the worker binary, built once by TestMain
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "paygate-worker-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "worker")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build worker: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func worker(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// testConfig writes a config whose keys no other test shares.
+func testConfig(t *testing.T, providers string) (path string) {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	body := fmt.Sprintf("redis:\n  addrs: [%q]\n  key_prefix: cli-%s\nproviders:\n%s", envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379"), hex.EncodeToString(b[:]), providers)
+	path = filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const fivePer3s = `  acme:
+    url: http://127.0.0.1:8081/payments
+    timeout: 10s
+    limits: [{requests: 5, per: 3s}, {requests: 100, per: 1m}]
+`
+
+func TestCheckConfig(t *testing.T) {
+	r := worker(t, nil, "check-config", "--config", "../../config.yaml")
+	if r.code != 0 || !strings.Contains(r.stdout, "acme") || !strings.Contains(r.stdout, "100/1s,3000/1m") {
+		t.Fatalf("shipped config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = worker(t, nil, "check-config", "--config", "../../config/testdata/bad_values.yaml")
+	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "providers.acme.limits[0].per: must be > 0, got 0s") {
+		t.Fatalf("invalid config: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = worker(t, nil, "check-config", "--config", "does-not-exist.yaml")
+	if r.code != 2 || !strings.Contains(r.stderr, "does-not-exist.yaml") {
+		t.Fatalf("missing file: exit %d %s", r.code, r.stderr)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	cfg := testConfig(t, fivePer3s)
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"gate"},
+		{"gate", "try", "--config", cfg}, // no --provider
+		{"gate", "try", "--config", cfg, "--provider", "nope"},                // not configured
+		{"gate", "try", "--config", cfg, "--provider", "acme", "--cost", "6"}, // above the limit
+		{"gate", "try", "--config", cfg, "--provider", "acme", "--bogus"},
+		{"gate", "status", "--config", cfg},
+	} {
+		if r := worker(t, nil, args...); r.code != 2 || r.stderr == "" {
+			t.Errorf("worker %v: exit %d, stderr %q; want 2 and a message", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestGateTryUnreachableRedis(t *testing.T) {
+	cfg := testConfig(t, fivePer3s)
+	r := worker(t, []string{"PAYGATE_REDIS_ADDRS=127.0.0.1:1"}, "gate", "try", "--config", cfg, "--provider", "acme")
+	if r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "gate: reserve acme/") {
+		t.Fatalf("exit %d stdout %q stderr %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// The issue's acceptance check: 20 concurrent "gate try" processes at 5 per 3s admit exactly 5, and the
+// same id again is a duplicate.
+func TestGateTryConcurrent(t *testing.T) {
+	cfg := testConfig(t, fivePer3s)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		verdicts []tryVerdict
+	)
+	for i := range 20 {
+		wg.Go(func() {
+			r := worker(t, nil, "gate", "try", "--config", cfg, "--provider", "acme", "--id", fmt.Sprintf("job-%d", i))
+			var v tryVerdict
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
+				t.Errorf("exit %d stdout %q stderr %s", r.code, r.stdout, r.stderr)
+				return
+			}
+			mu.Lock()
+			verdicts = append(verdicts, v)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	var admitted []string
+	for _, v := range verdicts {
+		if v.Allowed {
+			admitted = append(admitted, v.ID)
+		} else if v.RetryAfterMs <= 0 || v.RetryAfterMs > 3005 || v.Policy != 0 || v.Limit != "5/3s" {
+			t.Errorf("denial %+v: want retry_after_ms in (0, 3005] naming 5/3s", v)
+		}
+	}
+	if len(verdicts) != 20 || len(admitted) != 5 {
+		t.Fatalf("%d verdicts, %d admitted (%v); want 20 and exactly 5", len(verdicts), len(admitted), admitted)
+	}
+	r := worker(t, nil, "gate", "try", "--config", cfg, "--provider", "acme", "--id", admitted[0])
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
+		t.Fatal(err)
+	}
+	// The public keys, written exactly so.
+	for _, k := range []string{"allowed", "duplicate", "delay_ms", "retry_after_ms", "remaining", "policy"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("key %q missing from %s", k, r.stdout)
+		}
+	}
+	if raw["allowed"] != true || raw["duplicate"] != true {
+		t.Fatalf("same id again: %s, want allowed duplicate", r.stdout)
+	}
+
+	r = worker(t, nil, "gate", "status", "--config", cfg, "--provider", "acme", "--json")
+	var st statusReport
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
+		t.Fatalf("status: exit %d %q %v", r.code, r.stdout, err)
+	}
+	if st.Entries != 5 || st.Policies[0].Used != 5 || st.Policies[0].Remaining != 0 || st.Policies[1].Remaining != 95 {
+		t.Fatalf("status %+v", st)
+	}
+	r = worker(t, nil, "gate", "status", "--config", cfg, "--provider", "acme")
+	if r.code != 0 || !strings.Contains(r.stdout, "5/3s") || !strings.Contains(r.stdout, "REMAINING") {
+		t.Fatalf("status table: %s", r.stdout)
+	}
+}
+
+func TestRunInProcess(t *testing.T) {
+	// run() maps errors to exit codes without a subprocess; help is a success.
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "check-config") {
+		t.Fatalf("help: %d %q", code, out.String())
+	}
+}

@@ -95,7 +95,7 @@ type Limiter struct {
 
 type provider struct {
 	policies []Policy
-	keys     []string // log, cum, pause
+	keys     []string // log, pause
 	args     []any    // margin µs, then limit, window µs per policy
 	minLimit int64
 }
@@ -133,7 +133,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 			p.minLimit = min(p.minLimit, pol.Limit)
 		}
 		tag := opts.Prefix + ":{" + name + "}:"
-		p.keys = []string{tag + "log", tag + "cum", tag + "pause"}
+		p.keys = []string{tag + "log", tag + "pause"}
 		l.providers[name] = p
 	}
 	return l, nil
@@ -193,6 +193,8 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 	switch {
 	case jobID == "" || len(jobID) > MaxIDLen:
 		return Verdict{}, invalidf("gate: job id must be 1..%d bytes, got %d", MaxIDLen, len(jobID))
+	case strings.IndexByte(jobID, 0) >= 0:
+		return Verdict{}, invalidf("gate: job id must not contain NUL")
 	case cost < 1 || cost > p.minLimit:
 		return Verdict{}, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
 	case maxWait < 0:
@@ -240,7 +242,7 @@ func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Tim
 	if d <= 0 {
 		return nil
 	}
-	if err := pauseScript.Run(ctx, l.rdb, p.keys[2:3], max(micros(d), 1)).Err(); err != nil {
+	if err := pauseScript.Run(ctx, l.rdb, p.keys[1:2], max(micros(d), 1)).Err(); err != nil {
 		return fmt.Errorf("gate: pause %s: %w", providerName, err)
 	}
 	return nil
@@ -266,8 +268,9 @@ type Status struct {
 	Now time.Time
 	// PausedUntil is the end of a pause in force, or the zero time.
 	PausedUntil time.Time
-	// Entries is the number of jobs in the log (admitted or reserved, not yet trimmed).
-	Entries  int64
+	// Units is the number of units of cost in the log (admitted or reserved, not yet trimmed): one per job
+	// of cost 1.
+	Units    int64
 	Policies []PolicyStatus
 }
 
@@ -284,7 +287,7 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 	if len(reply) != 3+3*len(p.policies) {
 		return Status{}, fmt.Errorf("gate: status %s: malformed reply %v", providerName, reply)
 	}
-	s := Status{Provider: providerName, Now: time.UnixMicro(reply[0]), Entries: reply[2]}
+	s := Status{Provider: providerName, Now: time.UnixMicro(reply[0]), Units: reply[2]}
 	if reply[1] > 0 {
 		s.PausedUntil = time.UnixMicro(reply[1])
 	}
@@ -301,7 +304,7 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 	return s, nil
 }
 
-// Keys returns the Redis keys that hold a provider's state (log, cum, pause); for tests and operators.
+// Keys returns the Redis keys that hold a provider's state (log, pause); for tests and operators.
 func (l *Limiter) Keys(providerName string) ([]string, error) {
 	p, err := l.provider(providerName)
 	if err != nil {

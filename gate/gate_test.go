@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -324,7 +325,7 @@ func TestPause(t *testing.T) {
 			t.Fatal(err)
 		}
 		keys, _ := l.Keys(prov)
-		until, err := rdb.Get(ctx, keys[2]).Int64()
+		until, err := rdb.Get(ctx, keys[1]).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +361,7 @@ func TestTrimAndExpiry(t *testing.T) {
 		mustReserve(t, l, "b", 1, 0)
 		time.Sleep(w + 20*time.Millisecond)
 		v := mustReserve(t, l, "c", 1, 500*time.Millisecond)
-		log := readLog(t, rdb, l) // also checks that cum was trimmed in step
+		log := readLog(t, rdb, l)
 		if len(log) != 1 || log[0].id != "c" || v.Remaining != 1 {
 			t.Fatalf("after the window: log %v, verdict %+v", log, v)
 		}
@@ -374,7 +375,7 @@ func TestTrimAndExpiry(t *testing.T) {
 			t.Fatalf("d: want a reservation ahead, got %+v", r)
 		}
 		keys, _ := l.Keys(prov)
-		for _, k := range keys[:2] {
+		for _, k := range keys[:1] {
 			ttl, err := rdb.PTTL(ctx, k).Result()
 			if err != nil {
 				t.Fatal(err)
@@ -474,7 +475,8 @@ func TestInputValidation(t *testing.T) {
 	}{
 		{"unknown provider", "nope", "a", 1, 0, `gate: unknown provider "nope"`},
 		{"empty id", prov, "", 1, 0, "gate: job id must be 1..128 bytes, got 0"},
-		{"long id", prov, string(make([]byte, 129)), 1, 0, "gate: job id must be 1..128 bytes, got 129"},
+		{"long id", prov, strings.Repeat("x", 129), 1, 0, "gate: job id must be 1..128 bytes, got 129"},
+		{"NUL in id", prov, "a\x00b", 1, 0, "gate: job id must not contain NUL"},
 		{"zero cost", prov, "a", 0, 0, "gate: cost must be 1..3 for provider acme, got 0"},
 		{"cost above smallest limit", prov, "a", 4, 0, "gate: cost must be 1..3 for provider acme, got 4"},
 		{"negative wait", prov, "a", 1, -time.Second, "gate: max wait must be >= 0, got -1s"},
@@ -510,8 +512,8 @@ func TestStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		p0, p1 := st.Policies[0], st.Policies[1]
-		if st.Entries != 3 || p0.Used != 2 || p0.Reserved != 1 || p0.Remaining != 0 {
-			t.Fatalf("policy 0: %+v (entries %d)", p0, st.Entries)
+		if st.Units != 3 || p0.Used != 2 || p0.Reserved != 1 || p0.Remaining != 0 {
+			t.Fatalf("policy 0: %+v (units %d)", p0, st.Units)
 		}
 		if p1.Used != 2 || p1.Reserved != 1 || p1.Remaining != 7 {
 			t.Fatalf("policy 1: %+v", p1)
@@ -541,4 +543,53 @@ func TestPolicyString(t *testing.T) {
 			t.Errorf("%v: got %q, want %q", tt.p, got, tt.want)
 		}
 	}
+}
+
+// seedReservation writes a reservation straight into the raw log, at an exact microsecond: the tests below
+// need entries one microsecond apart, which Redis TIME cannot be made to produce.
+func seedReservation(t *testing.T, rdb redis.UniversalClient, l *gate.Limiter, id string, slot int64) {
+	t.Helper()
+	keys, _ := l.Keys(prov)
+	if err := rdb.ZAdd(context.Background(), keys[0], redis.Z{Score: float64(slot), Member: id}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The window is (t-W, t] to the microsecond: an entry at t-W is out, one at t-W+1µs is in.
+func TestWindowBoundaryExact(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		const w = time.Second
+		l := newLimiter(t, rdb, 0, pol(2, w))
+		f := redisTime(t, rdb) + 500_000 // half a second ahead: reservations of other workers
+		seedReservation(t, rdb, l, "x", f)
+		seedReservation(t, rdb, l, "y", f+1)
+		z := mustReserve(t, l, "z", 1, 3*time.Second)
+		if got := z.Slot().UnixMicro(); got != f+w.Microseconds() {
+			t.Fatalf("z at %d, want f+W = %d (x leaves exactly then)", got, f+w.Microseconds())
+		}
+		v := mustReserve(t, l, "v", 1, 3*time.Second)
+		if got := v.Slot().UnixMicro(); got != f+1+w.Microseconds() {
+			t.Fatalf("v at %d, want f+1µs+W = %d (y is still in the window at f+W)", got, f+1+w.Microseconds())
+		}
+		if got := maxInWindow(readLog(t, rdb, l), w); got != 2 {
+			t.Fatalf("max in window %d, want 2", got)
+		}
+	})
+}
+
+// First come, first served: a job asked for later never gets a slot before one already handed out, even
+// when the window before that slot has room.
+func TestFirstComeFirstServed(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newLimiter(t, rdb, 0, pol(10, time.Second))
+		f := redisTime(t, rdb) + 300_000
+		seedReservation(t, rdb, l, "early", f)
+		v := mustReserve(t, l, "later", 1, time.Second)
+		if !v.Allowed || v.Slot().UnixMicro() != f {
+			t.Fatalf("later job at %d, want the queue's tail %d", v.Slot().UnixMicro(), f)
+		}
+		if v := mustReserve(t, l, "now", 1, 0); v.Allowed || v.RetryAfter != ceilMs(f-v.Now.UnixMicro()) {
+			t.Fatalf("allow with reservations queued: %+v, want denied until the tail", v)
+		}
+	})
 }

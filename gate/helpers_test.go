@@ -105,42 +105,49 @@ func mustReserve(t testing.TB, l *gate.Limiter, id string, cost int64, maxWait t
 
 // entry is one job in the raw log, read back from Redis.
 type entry struct {
-	id   string
-	slot int64 // µs
-	cost int64
+	id    string
+	slot  int64 // µs
+	cost  int64
+	first bool // the bare id is among the members
 }
 
-// readLog reads a provider's raw log back: ids, slots and each job's cost (the step in the running total).
+// readLog reads a provider's raw log back: one entry per job, its cost being the number of its members
+// (id, id\x00 2, ..., id\x00 n), all at one slot.
 func readLog(t testing.TB, rdb redis.UniversalClient, l *gate.Limiter) []entry {
 	t.Helper()
-	ctx := context.Background()
 	keys, err := l.Keys(prov)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slots, err := rdb.ZRangeWithScores(ctx, keys[0], 0, -1).Result()
+	members, err := rdb.ZRangeWithScores(context.Background(), keys[0], 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cums, err := rdb.ZRangeWithScores(ctx, keys[1], 0, -1).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(slots) > 0 && (len(cums) != len(slots)+1 || cums[0].Member != "") {
-		t.Fatalf("cum set out of step with the log: %d log entries, cum %v", len(slots), cums[:min(3, len(cums))])
-	}
-	cost := map[string]int64{}
-	for i := 1; i < len(cums); i++ {
-		cost[cums[i].Member.(string)] = int64(cums[i].Score - cums[i-1].Score)
-	}
-	out := make([]entry, 0, len(slots))
-	for _, z := range slots {
-		id := z.Member.(string)
-		c, ok := cost[id]
-		if !ok || c < 1 {
-			t.Fatalf("log entry %s has no cost in cum (%d)", id, c)
+	jobs := map[string]*entry{}
+	for _, z := range members {
+		id, unit, _ := strings.Cut(z.Member.(string), "\x00")
+		e, ok := jobs[id]
+		if !ok {
+			e = &entry{id: id, slot: int64(z.Score)}
+			jobs[id] = e
 		}
-		out = append(out, entry{id: id, slot: int64(z.Score), cost: c})
+		if e.slot != int64(z.Score) {
+			t.Fatalf("job %s has units at %d and %v", id, e.slot, z.Score)
+		}
+		if unit == "" {
+			e.first = true
+		} else if k, err := strconv.Atoi(unit); err != nil || k < 2 {
+			t.Fatalf("member %q: bad unit suffix", z.Member)
+		}
+		e.cost++
+	}
+	out := make([]entry, 0, len(jobs))
+	for _, e := range jobs {
+		if !e.first {
+			t.Fatalf("units of %s without its first member", e.id)
+		}
+		e.first = false // compared with what workers were told, which knows nothing of members
+		out = append(out, *e)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].slot < out[j].slot })
 	return out

@@ -1,12 +1,11 @@
 -- sliding_log.lua: paygate's gate. Exact sliding-log admission, with reservations, for one provider.
 --
--- KEYS[1] -> <prefix>:{<provider>}:log    ZSET   member = job id, score = slot time (µs, Redis clock)
--- KEYS[2] -> <prefix>:{<provider>}:cum    ZSET   member = job id, score = running total of cost up to and
---                                                including that job; member "" (never a job id) holds the
---                                                total of everything already trimmed, at rank 0
--- KEYS[3] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
+-- KEYS[1] -> <prefix>:{<provider>}:log    ZSET   one member per unit of cost, score = slot time (µs, Redis
+--                                                clock): the job id for its first unit, id.."\0"..k for its
+--                                                k-th (k >= 2; job ids never contain NUL)
+-- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 --
--- ARGV[1] -> job id (1..128 bytes)
+-- ARGV[1] -> job id (1..128 bytes, no NUL)
 -- ARGV[2] -> cost: integer >= 1 and <= every limit
 -- ARGV[3] -> max wait µs: the latest acceptable slot is now + max wait (0: now or never)
 -- ARGV[4] -> margin µs, added to every window
@@ -14,7 +13,8 @@
 --
 -- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused}
 --   allowed         1: admitted and recorded at slot = now + delay_us. 0: denied, nothing recorded
---   duplicate       1: the id is already in the log; admitted again at its own slot, consuming nothing
+--   duplicate       1: the id is already in the log; admitted again at its own slot (or now, if that has
+--                   passed), consuming nothing
 --   delay_us        slot - now (>= 0) when allowed, else 0
 --   retry_after_us  when denied (> 0): the same call made this much later is admitted if nobody else
 --                   takes the room meanwhile; else 0
@@ -26,19 +26,15 @@
 --   paused          1 when a provider pause is what sets the slot
 --
 -- Invariant: slots are handed out first come, first served (a new slot is never before the newest one), so
--- log order and cum order agree. For every policy (L per W) and every t, the cost of entries with slot in
--- (t-W-margin, t] is <= L. Entries older than the longest window are trimmed on every call.
+-- every entry is at or before the slot being decided, and for every policy (L per W) and every t the log
+-- holds at most L members with slot in (t-W-margin, t]. Numbers go to redis.call as Lua numbers, which
+-- Redis formats exactly (%.17g); Lua's own tostring would keep only 14 digits of a µs timestamp.
 
-local log, cum, pause = KEYS[1], KEYS[2], KEYS[3]
+local log, pause = KEYS[1], KEYS[2]
 local id = ARGV[1]
 local cost = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
 local margin = tonumber(ARGV[4])
-
--- Lua's tostring keeps 14 significant digits; µs timestamps have 16.
-local function num(n)
-  return string.format('%.0f', n)
-end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -54,75 +50,71 @@ for i = 5, #ARGV, 2 do
   if windows[n] > longest then longest = windows[n] end
 end
 
--- Trim what no window can see any more; cum holds the same entries, in the same order, after "".
-local trimmed = redis.call('ZREMRANGEBYSCORE', log, '-inf', num(now - longest))
-if trimmed > 0 then
-  local newest_gone = redis.call('ZRANGE', cum, trimmed, trimmed, 'WITHSCORES')
-  redis.call('ZREMRANGEBYRANK', cum, 1, trimmed)
-  if newest_gone[2] then redis.call('ZADD', cum, newest_gone[2], '') end
+-- What no window can see any more is trimmed on every call.
+redis.call('ZREMRANGEBYSCORE', log, '-inf', now - longest)
+
+-- Members counted by policy i in the window ending at `at`, with any reservations beyond it.
+local used, used_at = {}, {}
+local function count(i, at)
+  if used_at[i] ~= at then
+    used[i] = redis.call('ZCOUNT', log, at - windows[i] + 1, '+inf')
+    used_at[i] = at
+  end
+  return used[i]
 end
 
-local top = redis.call('ZREVRANGE', cum, 0, 0, 'WITHSCORES')
-local total = tonumber(top[2] or 0)
-
--- Cost of the entries newer than at - window of policy i: the window ending at `at`, plus any
--- reservations beyond it.
-local function used(i, at)
-  local older = redis.call('ZREVRANGEBYSCORE', log, num(at - windows[i]), '-inf', 'LIMIT', 0, 1)
-  local base = redis.call('ZSCORE', cum, older[1] or '')
-  return total - tonumber(base or 0)
-end
-
-local function tightest(at)
+local function tightest(at, extra)
   local room, index = nil, 0
   for i = 1, #limits do
-    local r = limits[i] - used(i, at)
+    local r = limits[i] - count(i, at) - extra
     if room == nil or r < room then room, index = r, i - 1 end
   end
-  if room < 0 then room = 0 end
-  return room, index
+  return math.max(room, 0), index
 end
 
 local prev = redis.call('ZSCORE', log, id)
 if prev then
-  local slot = tonumber(prev)
-  local at = math.max(slot, now)
-  local room, index = tightest(at)
+  local at = math.max(tonumber(prev), now)
+  local room, index = tightest(at, 0)
   return {1, 1, at - now, 0, room, index, now, 0}
 end
 
--- The earliest slot: not before now, the pause, or the newest slot; and for every policy, late enough
--- that the entry whose departure makes room for `cost` has left the window.
-local slot, paused = now, 0
+-- The earliest slot: not before now, the newest slot (first come, first served) or a pause; and for each
+-- policy whose window at the slot has no room for `cost`, late enough that the (L-cost+1)-th newest
+-- member has left that window.
+local slot = now
+local tail = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')[2]
+if tail then slot = math.max(slot, tonumber(tail)) end
+local pause_until = tonumber(redis.call('GET', pause) or 0)
+slot = math.max(slot, pause_until)
 local blocker, blocker_at = nil, now
-local tail = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
-if tail[2] then slot = math.max(slot, tonumber(tail[2])) end
 for i = 1, #limits do
-  local threshold = total - limits[i] + cost
-  if threshold > 0 then
-    local must_leave = redis.call('ZRANGEBYSCORE', cum, num(threshold), '+inf', 'LIMIT', 0, 1)[1]
-    if must_leave and must_leave ~= '' then
-      local free_at = tonumber(redis.call('ZSCORE', log, must_leave)) + windows[i]
-      if free_at > blocker_at then blocker, blocker_at = i - 1, free_at end
-      if free_at > slot then slot = free_at end
-    end
+  if count(i, slot) + cost > limits[i] then
+    local must_leave = redis.call('ZREVRANGE', log, limits[i] - cost, limits[i] - cost, 'WITHSCORES')[2]
+    local free_at = tonumber(must_leave) + windows[i]
+    if free_at > blocker_at then blocker, blocker_at = i - 1, free_at end
+    slot = math.max(slot, free_at)
   end
 end
-local pause_until = tonumber(redis.call('GET', pause) or 0)
-if pause_until > now and pause_until >= slot then slot, paused = pause_until, 1 end
+local paused = 0
+if pause_until > now and slot == pause_until then paused = 1 end
 
 local wait = slot - now
 if wait > max_wait then
-  local room, index = tightest(now)
+  local room, index = tightest(now, 0)
   return {0, 0, 0, wait - max_wait, room, blocker or index, now, paused}
 end
 
-total = total + cost
-if not top[1] then redis.call('ZADD', cum, 0, '') end
-redis.call('ZADD', log, num(slot), id)
-redis.call('ZADD', cum, num(total), id)
-local ttl = math.ceil((wait + longest) / 1000) + 1000
-redis.call('PEXPIRE', log, ttl)
-redis.call('PEXPIRE', cum, ttl)
-local room, index = tightest(slot)
+local room, index = tightest(slot, cost)
+if cost == 1 then
+  redis.call('ZADD', log, slot, id)
+else
+  local args = {slot, id}
+  for k = 2, cost do
+    args[#args + 1] = slot
+    args[#args + 1] = id .. '\0' .. k
+  end
+  redis.call('ZADD', log, unpack(args))
+end
+redis.call('PEXPIRE', log, math.ceil((wait + longest) / 1000) + 1000)
 return {1, 0, wait, 0, room, blocker or index, now, paused}

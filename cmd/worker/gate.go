@@ -168,7 +168,7 @@ type statusReport struct {
 	Provider    string         `json:"provider"`
 	Now         string         `json:"now"`
 	PausedUntil string         `json:"paused_until,omitempty"`
-	Entries     int64          `json:"entries"`
+	Units       int64          `json:"units"`
 	Policies    []statusPolicy `json:"policies"`
 }
 
@@ -198,7 +198,7 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	rep := statusReport{Provider: st.Provider, Now: st.Now.UTC().Format(time.RFC3339Nano), Entries: st.Entries}
+	rep := statusReport{Provider: st.Provider, Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units}
 	if !st.PausedUntil.IsZero() {
 		rep.PausedUntil = st.PausedUntil.UTC().Format(time.RFC3339Nano)
 	}
@@ -215,7 +215,7 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if rep.PausedUntil != "" {
 		paused = fmt.Sprintf("until %s (%s from now)", rep.PausedUntil, st.PausedUntil.Sub(st.Now).Round(time.Millisecond))
 	}
-	fmt.Fprintf(stdout, "provider %s at %s (Redis clock), %d jobs in the log, paused: %s\n", rep.Provider, rep.Now, rep.Entries, paused)
+	fmt.Fprintf(stdout, "provider %s at %s (Redis clock), %d units in the log, paused: %s\n", rep.Provider, rep.Now, rep.Units, paused)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tLIMIT\tUSED\tRESERVED\tREMAINING\tRESET IN")
 	for _, p := range rep.Policies {

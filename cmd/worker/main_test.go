@@ -170,7 +170,7 @@ func TestGateTryConcurrent(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
 		t.Fatalf("status: exit %d %q %v", r.code, r.stdout, err)
 	}
-	if st.Entries != 5 || st.Policies[0].Used != 5 || st.Policies[0].Remaining != 0 || st.Policies[1].Remaining != 95 {
+	if st.Units != 5 || st.Policies[0].Used != 5 || st.Policies[0].Remaining != 0 || st.Policies[1].Remaining != 95 {
 		t.Fatalf("status %+v", st)
 	}
 	r = worker(t, nil, "gate", "status", "--config", cfg, "--provider", "acme")

@@ -1,0 +1,191 @@
+package gate_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// Run with: make bench-gate (go test -run '^$' -bench . -benchmem ./gate/), against Redis on loopback.
+// Compare decisions with GET on the same client; nothing here asserts a time.
+
+func benchClient(b *testing.B) redis.UniversalClient { return backends(b)[0].rdb }
+
+// Two limits no benchmark reaches: every decision admits and the log is trimmed in steady state. The longest
+// window keeps the log at a few thousand units, the size a real provider's log has (3000/min keeps at
+// most 3000); each benchmark reports it as log_units.
+var roomy = []gate.Policy{pol(1_000_000_000, 100*time.Millisecond), pol(1_000_000_000, 400*time.Millisecond)}
+
+func reportLogSize(b *testing.B, rdb redis.UniversalClient, l *gate.Limiter) {
+	keys, _ := l.Keys(prov)
+	n, err := rdb.ZCard(context.Background(), keys[0]).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(n), "log_units")
+}
+
+func BenchmarkGET(b *testing.B) {
+	rdb := benchClient(b)
+	ctx := context.Background()
+	rdb.Set(ctx, "bench:get", "x", time.Minute)
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := rdb.Get(ctx, "bench:get").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel16", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(8) // 8 x GOMAXPROCS(2) = 16 goroutines
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := rdb.Get(ctx, "bench:get").Err(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+func benchDecisions(b *testing.B, decide func(l *gate.Limiter, id string) error) {
+	rdb := benchClient(b)
+	b.Run("serial", func(b *testing.B) {
+		l := newLimiter(b, rdb, 5*time.Millisecond, roomy...)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			if err := decide(l, strconv.Itoa(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportLogSize(b, rdb, l)
+	})
+	b.Run("parallel16", func(b *testing.B) {
+		l := newLimiter(b, rdb, 5*time.Millisecond, roomy...)
+		var n atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := decide(l, strconv.FormatInt(n.Add(1), 10)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		reportLogSize(b, rdb, l)
+	})
+}
+
+func BenchmarkAllow(b *testing.B) {
+	ctx := context.Background()
+	benchDecisions(b, func(l *gate.Limiter, id string) error {
+		_, err := l.Allow(ctx, prov, id, 1)
+		return err
+	})
+}
+
+func BenchmarkReserve(b *testing.B) {
+	ctx := context.Background()
+	benchDecisions(b, func(l *gate.Limiter, id string) error {
+		_, err := l.Reserve(ctx, prov, id, 1, 5*time.Second)
+		return err
+	})
+}
+
+// BenchmarkDenied: a full window, every decision a denial (what a worker sees under overload without
+// reservations).
+func BenchmarkDenied(b *testing.B) {
+	ctx := context.Background()
+	l := newLimiter(b, benchClient(b), 5*time.Millisecond, pol(100, time.Hour), pol(1000, 24*time.Hour))
+	for i := range 100 {
+		mustReserve(b, l, "fill-"+strconv.Itoa(i), 1, 0)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if v, err := l.Allow(ctx, prov, strconv.Itoa(i), 1); err != nil || v.Allowed {
+			b.Fatal(v, err)
+		}
+	}
+}
+
+// BenchmarkRatioToGET interleaves GETs and Allow decisions on one client in blocks, so both see the same
+// machine state, and reports the decision's cost as a multiple of a GET round trip (x_GET).
+func BenchmarkRatioToGET(b *testing.B) {
+	rdb := benchClient(b)
+	ctx := context.Background()
+	rdb.Set(ctx, "bench:get", "x", time.Minute)
+	for _, mode := range []struct {
+		name    string
+		maxWait time.Duration
+	}{{"allow", 0}, {"reserve", 5 * time.Second}} {
+		b.Run(mode.name, func(b *testing.B) {
+			l := newLimiter(b, rdb, 5*time.Millisecond, roomy...)
+			var getNs, gateNs time.Duration
+			const block = 64
+			i := 0
+			for b.Loop() {
+				start := time.Now()
+				for range block {
+					if err := rdb.Get(ctx, "bench:get").Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				mid := time.Now()
+				for range block {
+					i++
+					if _, err := l.Reserve(ctx, prov, strconv.Itoa(i), 1, mode.maxWait); err != nil {
+						b.Fatal(err)
+					}
+				}
+				getNs += mid.Sub(start)
+				gateNs += time.Since(mid)
+			}
+			b.ReportMetric(float64(gateNs)/float64(getNs), "x_GET")
+			b.ReportMetric(float64(getNs.Nanoseconds())/float64(b.N*block), "GET_ns")
+			b.ReportMetric(float64(gateNs.Nanoseconds())/float64(b.N*block), "decision_ns")
+			reportLogSize(b, rdb, l)
+		})
+	}
+}
+
+// BenchmarkMemoryPerEntry measures, with MEMORY USAGE, the bytes one admitted job of cost 1 costs in
+// Redis, at a log of 10 000 jobs.
+func BenchmarkMemoryPerEntry(b *testing.B) {
+	rdb := benchClient(b)
+	ctx := context.Background()
+	const n = 10_000
+	for b.Loop() {
+		l := newLimiter(b, rdb, 0, pol(1_000_000, time.Hour))
+		ids := 0
+		for range n {
+			ids++
+			// 36-character ids, like UUIDs.
+			if _, err := l.Allow(ctx, prov, "0000000-0000-0000-0000-"+strconv.Itoa(1_000_000_000_000+ids), 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		keys, _ := l.Keys(prov)
+		var total int64
+		m, err := rdb.MemoryUsage(ctx, keys[0], 0).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += m
+		b.ReportMetric(float64(total)/n, "B/entry")
+		rdb.Del(ctx, keys...)
+	}
+}

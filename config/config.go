@@ -104,6 +104,45 @@ type Provider struct {
 	URL     string        `mapstructure:"url"`
 	Timeout time.Duration `mapstructure:"timeout"`
 	Limits  []Limit       `mapstructure:"limits"`
+	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
+	Method string `mapstructure:"method"`
+	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
+	Headers map[string]string `mapstructure:"headers"`
+	// AuthHeader carries the secret read from the environment variable AuthEnv (e.g. Authorization).
+	AuthHeader string `mapstructure:"auth_header"`
+	AuthEnv    string `mapstructure:"auth_env"`
+	// IdempotencyHeader carries the job's idempotency key on every attempt.
+	IdempotencyHeader string `mapstructure:"idempotency_header"`
+	// RetryOn lists 4xx statuses to treat as transient (retried) rather than permanent.
+	RetryOn []int `mapstructure:"retry_on"`
+	// RetryAfterDefault is the pause after a 429 (or 503) whose Retry-After is missing or unusable;
+	// RetryAfterMax caps a longer Retry-After.
+	RetryAfterDefault time.Duration `mapstructure:"retry_after_default"`
+	RetryAfterMax     time.Duration `mapstructure:"retry_after_max"`
+}
+
+// Provider defaults, applied by Load to every provider that leaves the key out.
+const (
+	DefaultMethod            = "POST"
+	DefaultIdempotencyHeader = "Idempotency-Key"
+	DefaultRetryAfter        = time.Second
+	DefaultRetryAfterMax     = time.Hour
+)
+
+func (pr *Provider) applyDefaults() {
+	if pr.Method == "" {
+		pr.Method = DefaultMethod
+	}
+	pr.Method = strings.ToUpper(pr.Method)
+	if pr.IdempotencyHeader == "" {
+		pr.IdempotencyHeader = DefaultIdempotencyHeader
+	}
+	if pr.RetryAfterDefault == 0 {
+		pr.RetryAfterDefault = DefaultRetryAfter
+	}
+	if pr.RetryAfterMax == 0 {
+		pr.RetryAfterMax = DefaultRetryAfterMax
+	}
 }
 
 // Limit is one window: at most Requests units of cost per Per.
@@ -170,6 +209,10 @@ func Load(path string) (*Config, error) {
 	}
 	if err := decode(&c, hook); err != nil {
 		return nil, &ValidationError{Problems: append(p, decodeProblems(err)...)}
+	}
+	for name, pr := range c.Providers {
+		pr.applyDefaults()
+		c.Providers[name] = pr
 	}
 	if err := c.Validate(); err != nil {
 		p = append(p, err.(*ValidationError).Problems...)
@@ -353,6 +396,7 @@ var (
 	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	resourceName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+	headerName   = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$") // RFC 9110 token
 )
 
 // Validate reports every problem in c, each with its field path and the bad value.
@@ -447,6 +491,25 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		}
 		seen[l.Per] = i
 	}
+	p.check(slices.Contains([]string{"POST", "PUT", "PATCH"}, pr.Method), path+".method", "must be POST, PUT or PATCH, got %q", pr.Method)
+	for h := range pr.Headers {
+		p.check(headerName.MatchString(h), path+".headers."+h, "must be an HTTP header name")
+	}
+	switch {
+	case pr.AuthHeader != "" && pr.AuthEnv == "":
+		p.add(path+".auth_env", "must name the environment variable holding the %s secret", pr.AuthHeader)
+	case pr.AuthHeader == "" && pr.AuthEnv != "":
+		p.add(path+".auth_header", "must name the header that carries $%s (e.g. Authorization)", pr.AuthEnv)
+	case pr.AuthHeader != "":
+		p.check(headerName.MatchString(pr.AuthHeader), path+".auth_header", "must be an HTTP header name, got %q", pr.AuthHeader)
+		p.env(path+".auth_env", pr.AuthEnv, false)
+	}
+	p.check(headerName.MatchString(pr.IdempotencyHeader), path+".idempotency_header", "must be an HTTP header name, got %q", pr.IdempotencyHeader)
+	for i, st := range pr.RetryOn {
+		p.check(st >= 400 && st <= 499 && st != 429, fmt.Sprintf("%s.retry_on[%d]", path, i), "must be a 4xx status other than 429, got %d", st)
+	}
+	p.check(pr.RetryAfterDefault > 0, path+".retry_after_default", "must be > 0, got %s", pr.RetryAfterDefault)
+	p.check(pr.RetryAfterMax >= pr.RetryAfterDefault, path+".retry_after_max", "must be >= retry_after_default (%s), got %s", pr.RetryAfterDefault, pr.RetryAfterMax)
 }
 
 // ProviderNames returns the configured providers' names, sorted.

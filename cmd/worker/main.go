@@ -3,6 +3,7 @@
 //	worker check-config --config FILE
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D]
 //	worker gate status  --config FILE --provider NAME [--json]
+//	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
 //
 // Exit status: 0 success (a denied gate try is a success), 1 a runtime failure (Redis unreachable, say),
 // 2 bad usage or an invalid configuration; the message goes to stderr.
@@ -25,6 +26,7 @@ commands:
   check-config   validate a configuration file and print its providers and limits
   gate try       ask the gate once for a provider's budget and print the verdict as JSON
   gate status    print each of a provider's policies: use, reservations, remaining, reset
+  provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 
 Run "worker <command> -h" for a command's flags.
 `
@@ -79,6 +81,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return gateStatus(ctx, rest[1:], stdout, stderr)
 		}
 		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try or status)", rest[0])}
+	case "provider-sim":
+		return providerSim(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -88,10 +92,16 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 }
 
-// newFlags returns a flag set that reports errors instead of exiting, with the shared --config flag.
-func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+// newFlagSet returns a flag set that reports errors instead of exiting.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	return fs
+}
+
+// newFlags is newFlagSet with the shared --config flag.
+func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := newFlagSet(name, stderr)
 	cfg := fs.String("config", envOr("PAYGATE_CONFIG", "config.yaml"), "configuration file (env PAYGATE_CONFIG)")
 	return fs, cfg
 }

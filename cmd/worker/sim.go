@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/paygate/paygate/providers/sim"
+)
+
+// providerSim serves one simulated provider until the context ends (SIGINT/SIGTERM).
+func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("provider-sim", stderr)
+	listen := fs.String("listen", "127.0.0.1:8081", "address to serve on")
+	limits := fs.String("limits", "", "comma-separated N/duration windows, e.g. 100/1s,3000/1m (required)")
+	latency := fs.Duration("latency", 0, "added to every answer")
+	jitter := fs.Duration("jitter", 0, "latency varies by ± this (uniform)")
+	errorRate := fs.Float64("error-rate", 0, "share of requests answered 500")
+	timeoutRate := fs.Float64("timeout-rate", 0, "share of requests that hang until the client gives up")
+	header := fs.String("idempotency-header", "Idempotency-Key", "header the idempotency key is read from")
+	seed := fs.Uint64("seed", 0, "seed for the injected faults (0: random)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *limits == "" {
+		return usageError{errors.New("provider-sim: --limits is required, e.g. --limits 100/1s,3000/1m")}
+	}
+	windows, err := sim.ParseLimits(*limits)
+	if err != nil {
+		return usageError{err}
+	}
+	opts := sim.Options{Limits: windows, Latency: *latency, Jitter: *jitter, ErrorRate: *errorRate,
+		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed}
+	if _, err := sim.New(opts); err != nil {
+		return usageError{err}
+	}
+	s, err := sim.Start(*listen, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "provider-sim listening on %s limits %s (GET %s/stats)\n", s.Addr(), *limits, s.URL())
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Shutdown(shutdown)
+}

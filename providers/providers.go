@@ -1,0 +1,336 @@
+// Package providers hands payments to provider HTTP APIs and turns whatever comes back into one outcome.
+//
+// Dispatch returns nil when the provider accepted the payment (2xx). Otherwise the error says what to do:
+//
+//	var thr *providers.Throttled
+//	switch {
+//	case err == nil:                             // Succeeded: ack
+//	case errors.As(err, &thr):                   // Throttled: pause the provider thr.RetryAfter; not an attempt
+//	case errors.Is(err, providers.ErrPermanent): // Permanent: dead-letter now
+//	default:                                     // Transient: retry after Backoff(attempt), up to max_attempts
+//	}
+//
+// Every attempt of a job carries its idempotency key, so a provider that honours the header charges a
+// retried or redelivered payment at most once. The auth secret is read from the environment and never
+// appears in a log line or an error.
+package providers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/job"
+)
+
+// ExcerptLimit caps the bytes of a response body kept in an error (and so in dead-letter headers).
+const ExcerptLimit = 512
+
+// drainLimit is how much of an unread body is drained so the connection can be reused.
+const drainLimit = 64 << 10
+
+// ErrPermanent is matched by errors that retrying cannot fix: a 4xx other than 429 (and the configured
+// retry_on statuses).
+var ErrPermanent = errors.New("permanent failure")
+
+// Throttled is the provider saying "too many requests": a 429, or a 503 with Retry-After. The whole cluster
+// should pause the provider for RetryAfter; it is not a failed attempt.
+type Throttled struct {
+	Provider   string
+	Status     int
+	RetryAfter time.Duration
+}
+
+func (t *Throttled) Error() string {
+	return fmt.Sprintf("providers: %s throttled (%d), retry after %s", t.Provider, t.Status, t.RetryAfter)
+}
+
+// StatusError is a non-2xx answer that is not a throttle. It matches ErrPermanent unless retrying may help.
+type StatusError struct {
+	Provider  string
+	Status    int
+	Excerpt   string // the start of the body, at most ExcerptLimit bytes, secret redacted
+	Permanent bool
+}
+
+func (e *StatusError) Error() string {
+	kind := "transient"
+	if e.Permanent {
+		kind = "permanent"
+	}
+	return fmt.Sprintf("providers: %s answered %d (%s): %q", e.Provider, e.Status, kind, e.Excerpt)
+}
+
+// Is makes a permanent StatusError match ErrPermanent.
+func (e *StatusError) Is(target error) bool { return target == ErrPermanent && e.Permanent }
+
+// Outcome names what a dispatch came to, for logs and metrics.
+type Outcome string
+
+// The four outcomes.
+const (
+	Succeeded Outcome = "succeeded"
+	Throttle  Outcome = "throttled"
+	Transient Outcome = "transient"
+	Permanent Outcome = "permanent"
+)
+
+// OutcomeOf classifies Dispatch's error.
+func OutcomeOf(err error) Outcome {
+	var thr *Throttled
+	switch {
+	case err == nil:
+		return Succeeded
+	case errors.As(err, &thr):
+		return Throttle
+	case errors.Is(err, ErrPermanent):
+		return Permanent
+	default:
+		return Transient
+	}
+}
+
+// Client dispatches to one provider. It is safe for concurrent use.
+type Client struct {
+	name       string
+	url        string
+	method     string
+	timeout    time.Duration
+	headers    http.Header
+	authHeader string
+	secret     string
+	idemHeader string
+	retryOn    []int
+	raDefault  time.Duration
+	raMax      time.Duration
+	http       *http.Client
+	log        *zap.Logger
+	now        func() time.Time
+}
+
+// Options tune a Client beyond its config.
+type Options struct {
+	// Concurrency is the most requests in flight at once; the transport keeps that many idle connections.
+	Concurrency int
+	// Logger gets one debug line per attempt (never a header value). Nil: no logging.
+	Logger *zap.Logger
+	// Now is the clock for HTTP-date Retry-After values; nil: time.Now.
+	Now func() time.Time
+}
+
+// New builds the client for provider name from its config. The auth secret is read from the environment
+// variable the config names; an unset variable is an error (naming the variable, not the secret).
+func New(name string, c config.Provider, o Options) (*Client, error) {
+	secret := ""
+	if c.AuthHeader != "" {
+		secret = config.Secret(c.AuthEnv)
+		if secret == "" {
+			return nil, fmt.Errorf("providers: %s: environment variable %s (auth_env) is not set", name, c.AuthEnv)
+		}
+	}
+	conc := max(o.Concurrency, 1)
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: min(c.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          2 * conc,
+		MaxIdleConnsPerHost:   2 * conc,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   min(c.Timeout, 10*time.Second),
+		ResponseHeaderTimeout: c.Timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	headers := http.Header{}
+	for k, v := range c.Headers {
+		headers.Set(k, v)
+	}
+	cl := &Client{
+		name:       name,
+		url:        c.URL,
+		method:     c.Method,
+		timeout:    c.Timeout,
+		headers:    headers,
+		authHeader: c.AuthHeader,
+		secret:     secret,
+		idemHeader: c.IdempotencyHeader,
+		retryOn:    append([]int{http.StatusRequestTimeout}, c.RetryOn...),
+		raDefault:  c.RetryAfterDefault,
+		raMax:      c.RetryAfterMax,
+		http:       &http.Client{Transport: transport, CheckRedirect: noRedirects},
+		log:        o.Logger,
+		now:        o.Now,
+	}
+	if cl.method == "" {
+		cl.method = config.DefaultMethod
+	}
+	if cl.idemHeader == "" {
+		cl.idemHeader = config.DefaultIdempotencyHeader
+	}
+	if cl.raDefault <= 0 {
+		cl.raDefault = config.DefaultRetryAfter
+	}
+	if cl.raMax < cl.raDefault {
+		cl.raMax = max(config.DefaultRetryAfterMax, cl.raDefault)
+	}
+	if cl.log == nil {
+		cl.log = zap.NewNop()
+	}
+	if cl.now == nil {
+		cl.now = time.Now
+	}
+	return cl, nil
+}
+
+// A payment API that redirects is misconfigured; following it could replay a charge elsewhere.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Name is the provider's name.
+func (c *Client) Name() string { return c.name }
+
+// Close releases idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Dispatch sends the payment once and classifies the answer (see the package documentation). The
+// request is bounded by the provider's timeout and by ctx.
+func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
+	body, err := RequestBody(j)
+	if err != nil {
+		return fmt.Errorf("providers: %s: job %s: %w", c.name, j.ID, errors.Join(ErrPermanent, err))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, c.method, c.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("providers: %s: %w", c.name, errors.Join(ErrPermanent, err))
+	}
+	req.Header = c.headers.Clone()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set(c.idemHeader, j.Key())
+	if c.authHeader != "" {
+		req.Header.Set(c.authHeader, c.secret)
+	}
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// Timeouts, refused and reset connections: worth another attempt. url.Error names the URL, not
+		// the headers, so the secret stays out.
+		err = fmt.Errorf("providers: %s: %w", c.name, err)
+		c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Duration("took", time.Since(start)), zap.String("outcome", string(Transient)), zap.String("error", c.redact(err.Error())))
+		return err
+	}
+	defer func() {
+		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+		resp.Body.Close()
+	}()
+	err = c.classify(resp)
+	c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Int("status", resp.StatusCode), zap.Duration("took", time.Since(start)), zap.String("outcome", string(OutcomeOf(err))))
+	return err
+}
+
+func (c *Client) classify(resp *http.Response) error {
+	st := resp.StatusCode
+	switch {
+	case st >= 200 && st < 300:
+		return nil
+	case st == http.StatusTooManyRequests,
+		st == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+		return &Throttled{Provider: c.name, Status: st, RetryAfter: c.retryAfter(resp.Header.Get("Retry-After"))}
+	}
+	excerpt := c.excerpt(resp.Body)
+	permanent := st >= 400 && st < 500 && !slices.Contains(c.retryOn, st)
+	if st >= 300 && st < 400 {
+		permanent = true // a redirect is a misconfiguration, not a blip
+	}
+	return &StatusError{Provider: c.name, Status: st, Excerpt: excerpt, Permanent: permanent}
+}
+
+// retryAfter reads delta-seconds or an HTTP-date. Missing, unparsable, negative or past values give the
+// configured default; values beyond the configured maximum are capped to it.
+func (c *Client) retryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return c.raDefault
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return c.raDefault
+		}
+		if secs > int64(c.raMax/time.Second) {
+			return c.raMax
+		}
+		d = time.Duration(secs) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(c.now())
+	} else {
+		return c.raDefault
+	}
+	switch {
+	case d <= 0:
+		return c.raDefault
+	case d > c.raMax:
+		return c.raMax
+	}
+	return d
+}
+
+func (c *Client) excerpt(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, ExcerptLimit))
+	for len(b) > 0 && !utf8.Valid(b) { // do not cut a character in half
+		b = b[:len(b)-1]
+	}
+	return c.redact(string(b))
+}
+
+// redact removes the auth secret from text that came back from the provider or the network.
+func (c *Client) redact(s string) string {
+	if c.secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, c.secret, "[REDACTED]")
+}
+
+// RequestBody is what a dispatch sends: the job's payload object when present, else an object built from
+// the job (id, amount, currency, merchant).
+func RequestBody(j *job.Job) ([]byte, error) {
+	if len(j.Payload) > 0 && !bytes.Equal(bytes.TrimSpace(j.Payload), []byte("null")) {
+		if p := bytes.TrimSpace(j.Payload); len(p) == 0 || p[0] != '{' || !json.Valid(p) {
+			return nil, errors.New("payload must be a JSON object")
+		}
+		return j.Payload, nil
+	}
+	return json.Marshal(struct {
+		ID       string `json:"id"`
+		Amount   int64  `json:"amount"`
+		Currency string `json:"currency"`
+		Merchant string `json:"merchant,omitempty"`
+	}{j.ID, j.Amount, j.Currency, j.Merchant})
+}
+
+// Backoff is the wait before transient attempt number attempt (1 for the first retry): exponential from
+// base, capped at maxDelay, with full jitter (uniform in [0, cap)), so retries of many jobs spread out.
+func Backoff(attempt int, base, maxDelay time.Duration) time.Duration {
+	ceiling := maxDelay
+	if shift := max(attempt, 1) - 1; shift < 62 && base<<shift > 0 && base<<shift < maxDelay {
+		ceiling = base << shift
+	}
+	if ceiling <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(ceiling)))
+}

@@ -1,0 +1,323 @@
+// Package sim is a strict payment-provider stand-in: the referee that the demo, the tests and the
+// benchmarks hold paygate to. It never imports the gate.
+//
+// It enforces every window exactly, with its own clock, over the requests it accepted: a request that
+// would take any window over its limit gets 429 with Retry-After and counts as a violation (it is not
+// accepted). It deduplicates by the idempotency header: a key seen before gets the stored response and
+// counts as a duplicate, never as a second charge. Injected faults (500s, hung requests) are counted
+// apart. GET /stats reports it all as JSON.
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Window is one limit: at most Limit accepted requests in any interval of length Per.
+type Window struct {
+	Limit int
+	Per   time.Duration
+}
+
+func (w Window) String() string { return fmt.Sprintf("%d/%s", w.Limit, w.Per) }
+
+// ParseLimits reads "N/duration" windows separated by commas, e.g. "100/1s,3000/1m".
+func ParseLimits(spec string) ([]Window, error) {
+	var out []Window
+	for part := range strings.SplitSeq(spec, ",") {
+		part = strings.TrimSpace(part)
+		n, per, ok := strings.Cut(part, "/")
+		limit, err := strconv.Atoi(n)
+		if !ok || err != nil || limit < 1 {
+			return nil, fmt.Errorf("sim: limit %q: want N/duration with N >= 1, e.g. 100/1s", part)
+		}
+		d, err := time.ParseDuration(per)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("sim: limit %q: want a positive duration after the slash, e.g. 100/1s", part)
+		}
+		out = append(out, Window{Limit: limit, Per: d})
+	}
+	return out, nil
+}
+
+// Options configure a simulated provider.
+type Options struct {
+	Limits []Window
+	// Latency is added to every answer, ± Jitter (uniform).
+	Latency, Jitter time.Duration
+	// ErrorRate is the share of requests answered 500 (not accepted, not charged).
+	ErrorRate float64
+	// TimeoutRate is the share of requests that hang until the client gives up (or HangFor passes).
+	TimeoutRate float64
+	HangFor     time.Duration // default 1 minute
+	// IdempotencyHeader names the header keys are read from; default Idempotency-Key.
+	IdempotencyHeader string
+	// Seed makes the injected faults reproducible; 0 picks one at random.
+	Seed uint64
+	// Now is the clock windows are kept with; nil: time.Now.
+	Now func() time.Time
+}
+
+// Provider is the simulated provider, an http.Handler.
+type Provider struct {
+	o       Options
+	longest time.Duration
+
+	mu       sync.Mutex
+	rng      *rand.Rand
+	accepted []time.Time // accepted requests, in order, trimmed to the longest window
+	keys     map[string][]byte
+	stats    Stats
+}
+
+// Stats is what GET /stats returns.
+type Stats struct {
+	Requests         int64         `json:"requests"`
+	Accepted         int64         `json:"accepted"`
+	Duplicates       int64         `json:"duplicates"`
+	Violations       int64         `json:"violations"`
+	ErrorsInjected   int64         `json:"errors_injected"`   // 500s and hung requests
+	TimeoutsInjected int64         `json:"timeouts_injected"` // the hung ones among them
+	BadRequests      int64         `json:"bad_requests"`      // no idempotency key, unreadable body
+	FirstAccepted    *time.Time    `json:"first_accepted"`
+	LastAccepted     *time.Time    `json:"last_accepted"`
+	Windows          []WindowStats `json:"windows"`
+}
+
+// WindowStats is one window's bookkeeping.
+type WindowStats struct {
+	Limit int    `json:"limit"`
+	Per   string `json:"per"`
+	// MaxInWindow is the largest number of accepted requests seen in any interval of length Per.
+	MaxInWindow int `json:"max_in_window"`
+}
+
+// New returns a simulated provider.
+func New(o Options) (*Provider, error) {
+	if len(o.Limits) == 0 {
+		return nil, errors.New("sim: at least one limit is required")
+	}
+	if o.ErrorRate < 0 || o.ErrorRate > 1 || o.TimeoutRate < 0 || o.TimeoutRate > 1 || o.ErrorRate+o.TimeoutRate > 1 {
+		return nil, fmt.Errorf("sim: error rate %v and timeout rate %v must be in [0,1] and sum to at most 1", o.ErrorRate, o.TimeoutRate)
+	}
+	if o.Latency < 0 || o.Jitter < 0 || o.Jitter > o.Latency {
+		return nil, fmt.Errorf("sim: latency %s and jitter %s must be >= 0, jitter <= latency", o.Latency, o.Jitter)
+	}
+	if o.HangFor <= 0 {
+		o.HangFor = time.Minute
+	}
+	if o.IdempotencyHeader == "" {
+		o.IdempotencyHeader = "Idempotency-Key"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	seed := o.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string][]byte{}}
+	for _, w := range o.Limits {
+		p.longest = max(p.longest, w.Per)
+		p.stats.Windows = append(p.stats.Windows, WindowStats{Limit: w.Limit, Per: w.Per.String()})
+	}
+	return p, nil
+}
+
+// Stats returns a copy of the counters.
+func (p *Provider) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Windows = append([]WindowStats(nil), p.stats.Windows...)
+	return s
+}
+
+type verdict int
+
+const (
+	accept verdict = iota
+	duplicate
+	violation
+	fail
+	hang
+)
+
+// admit decides one request at the provider's clock. It holds the lock for the whole decision, so the
+// bookkeeping is exact under any concurrency.
+func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.Requests++
+	if stored, ok := p.keys[key]; ok {
+		p.stats.Duplicates++
+		return duplicate, stored, 0
+	}
+	switch r := p.rng.Float64(); {
+	case r < p.o.TimeoutRate:
+		p.stats.ErrorsInjected++
+		p.stats.TimeoutsInjected++
+		return hang, nil, 0
+	case r < p.o.TimeoutRate+p.o.ErrorRate:
+		p.stats.ErrorsInjected++
+		return fail, nil, 0
+	}
+	now := p.o.Now()
+	p.trim(now)
+	var retry time.Duration
+	for _, w := range p.o.Limits {
+		in := p.inWindow(now, w.Per)
+		if len(in)+1 > w.Limit {
+			// The oldest of the requests that must leave for one more to fit.
+			leaves := in[len(in)-w.Limit].Add(w.Per)
+			retry = max(retry, leaves.Sub(now))
+		}
+	}
+	if retry > 0 {
+		p.stats.Violations++
+		return violation, nil, retry
+	}
+	p.accepted = append(p.accepted, now)
+	for i, w := range p.o.Limits {
+		p.stats.Windows[i].MaxInWindow = max(p.stats.Windows[i].MaxInWindow, len(p.inWindow(now, w.Per)))
+	}
+	p.stats.Accepted++
+	if p.stats.FirstAccepted == nil {
+		p.stats.FirstAccepted = &now
+	}
+	p.stats.LastAccepted = &now
+	resp, _ := json.Marshal(map[string]any{"status": "accepted", "idempotency_key": key, "accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
+	p.keys[key] = resp
+	return accept, resp, 0
+}
+
+// inWindow returns the accepted requests in (now-per, now], oldest first.
+func (p *Provider) inWindow(now time.Time, per time.Duration) []time.Time {
+	from := now.Add(-per)
+	i := sort.Search(len(p.accepted), func(i int) bool { return p.accepted[i].After(from) })
+	return p.accepted[i:]
+}
+
+func (p *Provider) trim(now time.Time) {
+	from := now.Add(-p.longest)
+	i := sort.Search(len(p.accepted), func(i int) bool { return p.accepted[i].After(from) })
+	if i > 0 && i >= len(p.accepted)/2 { // compact when at least half is dead
+		p.accepted = append(p.accepted[:0], p.accepted[i:]...)
+	}
+}
+
+func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/stats" {
+		if r.Method != http.MethodGet {
+			http.Error(w, "GET /stats", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p.Stats())
+		return
+	}
+	if r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
+		http.Error(w, "payments are POST, PUT or PATCH", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	key := r.Header.Get(p.o.IdempotencyHeader)
+	if err != nil || key == "" {
+		p.mu.Lock()
+		p.stats.Requests++
+		p.stats.BadRequests++
+		p.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, fmt.Sprintf(`{"error":"missing %s header"}`, p.o.IdempotencyHeader))
+		return
+	}
+	v, resp, retry := p.admit(key, body)
+	switch v {
+	case hang:
+		select {
+		case <-r.Context().Done():
+		case <-time.After(p.o.HangFor):
+			writeJSON(w, http.StatusInternalServerError, `{"error":"hung request gave up"}`)
+		}
+		return
+	case fail:
+		p.sleep(r.Context())
+		writeJSON(w, http.StatusInternalServerError, `{"error":"injected failure"}`)
+		return
+	case violation:
+		secs := int64((retry + time.Second - 1) / time.Second) // Retry-After is whole seconds, rounded up
+		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limit exceeded"}`)
+		return
+	}
+	p.sleep(r.Context())
+	writeJSON(w, http.StatusOK, string(resp))
+}
+
+func (p *Provider) sleep(ctx context.Context) {
+	d := p.o.Latency
+	if p.o.Jitter > 0 {
+		p.mu.Lock()
+		d += time.Duration(p.rng.Int64N(int64(2*p.o.Jitter)+1)) - p.o.Jitter
+		p.mu.Unlock()
+	}
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+// Server is a simulated provider listening on a TCP address.
+type Server struct {
+	*Provider
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Start serves a simulated provider on addr (e.g. 127.0.0.1:0) until Close.
+func Start(addr string, o Options) (*Server, error) {
+	p, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("sim: listen %s: %w", addr, err)
+	}
+	s := &Server{Provider: p, ln: ln, srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}}
+	go func() { _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// URL is the base URL, e.g. http://127.0.0.1:41234.
+func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+
+// Addr is the listening address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops listening and ends requests in flight.
+func (s *Server) Close() error { return s.srv.Close() }
+
+// Shutdown stops listening and waits for requests in flight, until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }

@@ -22,8 +22,15 @@ import (
 	"github.com/paygate/paygate/lua"
 )
 
-// MaxIDLen is the longest job id the gate accepts, in bytes.
-const MaxIDLen = 128
+const (
+	// MaxIDLen is the longest job id the gate accepts, in bytes.
+	MaxIDLen = 128
+	// MaxWindow is the longest policy window.
+	MaxWindow = 366 * 24 * time.Hour
+	// MaxHorizon caps a max wait and a pause: longer ones mean "indefinitely" and are cut to it, which
+	// keeps every time the scripts compute exact in a Lua double.
+	MaxHorizon = 10 * 365 * 24 * time.Hour
+)
 
 var (
 	slidingLog   = redis.NewScript(lua.SlidingLog)
@@ -106,8 +113,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.Prefix == "" || strings.ContainsAny(opts.Prefix, "{} ") {
 		return nil, fmt.Errorf("gate: key prefix %q must be non-empty, without braces or spaces", opts.Prefix)
 	}
-	if opts.Margin < 0 {
-		return nil, fmt.Errorf("gate: margin must be >= 0, got %s", opts.Margin)
+	if opts.Margin < 0 || opts.Margin > MaxWindow {
+		return nil, fmt.Errorf("gate: margin must be 0..%s, got %s", MaxWindow, opts.Margin)
 	}
 	if len(opts.Providers) == 0 {
 		return nil, errors.New("gate: no providers")
@@ -126,8 +133,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 			minLimit: policies[0].Limit,
 		}
 		for i, pol := range policies {
-			if pol.Limit < 1 || pol.Window < time.Millisecond {
-				return nil, fmt.Errorf("gate: provider %s policy %d (%s): limit must be >= 1 and window >= 1ms", name, i, pol)
+			if pol.Limit < 1 || pol.Window < time.Millisecond || pol.Window > MaxWindow {
+				return nil, fmt.Errorf("gate: provider %s policy %d (%s): limit must be >= 1 and window 1ms..%s", name, i, pol, MaxWindow)
 			}
 			p.args = append(p.args, pol.Limit, micros(pol.Window))
 			p.minLimit = min(p.minLimit, pol.Limit)
@@ -149,8 +156,9 @@ func (l *Limiter) Policies(providerName string) ([]Policy, bool) {
 type Verdict struct {
 	// Allowed reports that the job holds a slot: dispatch it after Delay.
 	Allowed bool
-	// Duplicate reports that the job id was already admitted inside the window; it was admitted again at
-	// its original slot without consuming budget.
+	// Duplicate reports that the job id was already admitted inside the window. It consumes nothing more:
+	// it is allowed at its own slot, the end of a pause in force, or now, whichever is latest; or denied
+	// (Allowed false, RetryAfter set) when that is beyond the max wait.
 	Duplicate bool
 	// Paused reports that a provider pause (see Limiter.Pause) is what sets the slot.
 	Paused bool
@@ -184,7 +192,9 @@ func (l *Limiter) Allow(ctx context.Context, providerName, jobID string, cost in
 // and the verdict is Allowed with the Delay to sleep before dispatching. Otherwise nothing is recorded and
 // the verdict is a denial with RetryAfter.
 //
-// A job id already in the log is a Duplicate: allowed at its original slot, consuming nothing more.
+// A job id already in the log is a Duplicate: it consumes nothing more and is allowed at its own slot, the
+// end of a pause, or now, whichever is latest (denied if that is beyond maxWait). A maxWait beyond
+// MaxHorizon is cut to it.
 func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration) (Verdict, error) {
 	p, err := l.provider(providerName)
 	if err != nil {
@@ -201,7 +211,7 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
 	}
 	args := make([]any, 0, 3+len(p.args))
-	args = append(args, jobID, cost, micros(maxWait))
+	args = append(args, jobID, cost, microsFloor(min(maxWait, MaxHorizon))) // never a slot past the caller's wait
 	args = append(args, p.args...)
 	reply, err := slidingLog.Run(ctx, l.rdb, p.keys, args...).Int64Slice()
 	if err != nil {
@@ -242,7 +252,7 @@ func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Tim
 	if d <= 0 {
 		return nil
 	}
-	if err := pauseScript.Run(ctx, l.rdb, p.keys[1:2], max(micros(d), 1)).Err(); err != nil {
+	if err := pauseScript.Run(ctx, l.rdb, p.keys[1:2], micros(min(d, MaxHorizon))).Err(); err != nil {
 		return fmt.Errorf("gate: pause %s: %w", providerName, err)
 	}
 	return nil
@@ -321,7 +331,11 @@ func (l *Limiter) provider(name string) (provider, error) {
 	return p, nil
 }
 
-// micros rounds a duration up to whole microseconds, the unit of every time the scripts see.
+// micros rounds a duration (>= 0, <= MaxHorizon) up to whole microseconds, the unit of every time the
+// scripts see.
 func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
+
+// microsFloor rounds a duration down to whole microseconds.
+func microsFloor(d time.Duration) int64 { return int64(d / time.Microsecond) }

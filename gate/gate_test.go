@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -590,6 +591,56 @@ func TestFirstComeFirstServed(t *testing.T) {
 		}
 		if v := mustReserve(t, l, "now", 1, 0); v.Allowed || v.RetryAfter != ceilMs(f-v.Now.UnixMicro()) {
 			t.Fatalf("allow with reservations queued: %+v, want denied until the tail", v)
+		}
+	})
+}
+
+// Found in review: durations beyond int64 microseconds must not wrap around.
+func TestHugeDurations(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newLimiter(t, rdb, 0, pol(1, time.Second))
+		v := mustReserve(t, l, "a", 1, time.Duration(math.MaxInt64))
+		if !v.Allowed {
+			t.Fatalf("max wait MaxInt64: %+v", v)
+		}
+		if v := mustReserve(t, l, "b", 1, time.Duration(math.MaxInt64)); !v.Allowed || v.Delay < 900*time.Millisecond {
+			t.Fatalf("second job, max wait MaxInt64: %+v, want a reservation about a window ahead", v)
+		}
+		if err := l.Pause(ctx, prov, time.Now().AddDate(300, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+		v = mustReserve(t, l, "c", 1, 0)
+		if v.Allowed || !v.Paused || v.RetryAfter < 9*365*24*time.Hour {
+			t.Fatalf("after a 300-year pause: %+v, want paused for about MaxHorizon", v)
+		}
+	})
+}
+
+// Found in review: a redelivered job waits out a pause like any other, and respects its max wait.
+func TestDuplicateRespectsPauseAndMaxWait(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newLimiter(t, rdb, 0, pol(1, 500*time.Millisecond))
+		mustReserve(t, l, "a", 1, 0)
+		r := mustReserve(t, l, "b", 1, time.Second) // reserved ~500ms ahead
+		if v := mustReserve(t, l, "b", 1, 0); v.Allowed || !v.Duplicate || v.RetryAfter != ceilMs(r.Slot().UnixMicro()-v.Now.UnixMicro()) {
+			t.Fatalf("duplicate of a reservation beyond max wait 0: %+v, want denied until its slot", v)
+		}
+		if err := l.Pause(ctx, prov, time.Now().Add(2*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		keys, _ := l.Keys(prov)
+		until, _ := rdb.Get(ctx, keys[1]).Int64()
+		v := mustReserve(t, l, "a", 1, 5*time.Second)
+		if !v.Allowed || !v.Duplicate || !v.Paused || v.Slot().UnixMicro() != until {
+			t.Fatalf("duplicate during a pause: %+v, want allowed at the pause's end %d", v, until)
+		}
+		if v := mustReserve(t, l, "a", 1, 0); v.Allowed || !v.Duplicate || !v.Paused {
+			t.Fatalf("duplicate during a pause, max wait 0: %+v, want denied", v)
+		}
+		if n := len(readLog(t, rdb, l)); n != 2 {
+			t.Fatalf("duplicates recorded: %d entries", n)
 		}
 	})
 }

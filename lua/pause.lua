@@ -12,5 +12,5 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local until_us = now + tonumber(ARGV[1])
 local current = tonumber(redis.call('GET', KEYS[1]) or 0)
 if current > until_us then until_us = current end
-redis.call('SET', KEYS[1], string.format('%.0f', until_us), 'PX', math.ceil((until_us - now) / 1000) + 1000)
+redis.call('SET', KEYS[1], string.format('%.0f', until_us), 'PX', string.format('%d', math.ceil((until_us - now) / 1000) + 1000))
 return until_us

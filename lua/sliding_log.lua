@@ -13,8 +13,8 @@
 --
 -- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused}
 --   allowed         1: admitted and recorded at slot = now + delay_us. 0: denied, nothing recorded
---   duplicate       1: the id is already in the log; admitted again at its own slot (or now, if that has
---                   passed), consuming nothing
+--   duplicate       1: the id is already in the log; it consumes nothing and goes at its own slot, the
+--                   end of a pause, or now, whichever is latest (denied if that is beyond max wait)
 --   delay_us        slot - now (>= 0) when allowed, else 0
 --   retry_after_us  when denied (> 0): the same call made this much later is admitted if nobody else
 --                   takes the room meanwhile; else 0
@@ -27,8 +27,9 @@
 --
 -- Invariant: slots are handed out first come, first served (a new slot is never before the newest one), so
 -- every entry is at or before the slot being decided, and for every policy (L per W) and every t the log
--- holds at most L members with slot in (t-W-margin, t]. Numbers go to redis.call as Lua numbers, which
--- Redis formats exactly (%.17g); Lua's own tostring would keep only 14 digits of a µs timestamp.
+-- holds at most L members with slot in (t-W-margin, t]. Scores go to redis.call as Lua numbers, which
+-- Redis formats exactly; Lua's own tostring would keep only 14 digits of a µs timestamp. Arguments Redis
+-- parses as integers (PEXPIRE) are formatted with %d, whatever the server's number formatting.
 
 local log, pause = KEYS[1], KEYS[2]
 local id = ARGV[1]
@@ -72,11 +73,16 @@ local function tightest(at, extra)
   return math.max(room, 0), index
 end
 
+-- A duplicate holds its permit already: it goes at its own slot, after a pause (a provider's 429 binds
+-- redeliveries too), or now, whichever is latest, within max wait like any job.
+local pause_until = tonumber(redis.call('GET', pause) or 0)
 local prev = redis.call('ZSCORE', log, id)
 if prev then
-  local at = math.max(tonumber(prev), now)
+  local at, paused = math.max(tonumber(prev), now), 0
+  if pause_until > at then at, paused = pause_until, 1 end
   local room, index = tightest(at, 0)
-  return {1, 1, at - now, 0, room, index, now, 0}
+  if at - now > max_wait then return {0, 1, 0, at - now - max_wait, room, index, now, paused} end
+  return {1, 1, at - now, 0, room, index, now, paused}
 end
 
 -- The earliest slot: not before now, the newest slot (first come, first served) or a pause; and for each
@@ -85,7 +91,6 @@ end
 local slot = now
 local tail = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')[2]
 if tail then slot = math.max(slot, tonumber(tail)) end
-local pause_until = tonumber(redis.call('GET', pause) or 0)
 slot = math.max(slot, pause_until)
 local blocker, blocker_at = nil, now
 for i = 1, #limits do
@@ -116,5 +121,5 @@ else
   end
   redis.call('ZADD', log, unpack(args))
 end
-redis.call('PEXPIRE', log, math.ceil((wait + longest) / 1000) + 1000)
+redis.call('PEXPIRE', log, string.format('%d', math.ceil((wait + longest) / 1000) + 1000))
 return {1, 0, wait, 0, room, blocker or index, now, paused}

@@ -9,6 +9,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +28,9 @@ import (
 
 // EnvPrefix starts every environment override: PAYGATE_REDIS_ADDRS overrides redis.addrs.
 const EnvPrefix = "PAYGATE"
+
+// maxWindow is the longest limit window (the gate's MaxWindow).
+const maxWindow = 366 * 24 * time.Hour
 
 // Config is paygate's whole configuration.
 type Config struct {
@@ -188,7 +193,9 @@ func Load(path string) (*Config, error) {
 		v.SetDefault(k, d)
 	}
 	v.SetEnvPrefix(EnvPrefix)
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	// PAYGATE_PROVIDERS_ACME_PAY_TIMEOUT reaches providers.acme-pay.timeout.
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AllowEmptyEnv(true) // PAYGATE_REDIS_MASTER_NAME= clears a value the file sets
 	v.AutomaticEnv()
 	var p problems
 	if path != "" {
@@ -197,25 +204,43 @@ func Load(path string) (*Config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
 		}
-		p = append(p, upperCaseProviders(path)...)
+		p = append(p, upperCaseKeys(path)...)
+		// Provider keys the file leaves out can still come from the environment.
+		for name := range v.GetStringMap("providers") {
+			for _, key := range envKeys(reflect.TypeFor[Provider]()) {
+				_ = v.BindEnv("providers." + name + "." + key) // cannot fail with a key given
+			}
+		}
 	}
 	unknown := unknownKeys(v.AllSettings(), reflect.TypeFor[Config](), "")
 	p = append(p, unknown...)
 	var c Config
-	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, commaListHook))
+	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, commaListHook, strictScalarHook))
+	strict := func(dc *mapstructure.DecoderConfig) { dc.WeaklyTypedInput = false }
 	decode := v.UnmarshalExact // a backstop: unknownKeys names unknown keys with their full paths
 	if len(unknown) > 0 {
 		decode = v.Unmarshal
 	}
-	if err := decode(&c, hook); err != nil {
-		return nil, &ValidationError{Problems: append(p, decodeProblems(err)...)}
+	var undecoded []string
+	if err := decode(&c, hook, strict); err != nil {
+		decoded := decodeProblems(err)
+		p = append(p, decoded...)
+		for _, d := range decoded {
+			undecoded = append(undecoded, strings.SplitN(d, ": ", 2)[0])
+		}
 	}
 	for name, pr := range c.Providers {
 		pr.applyDefaults()
 		c.Providers[name] = pr
 	}
 	if err := c.Validate(); err != nil {
-		p = append(p, err.(*ValidationError).Problems...)
+		// A field that did not decode is zero; do not report it twice.
+		for _, problem := range err.(*ValidationError).Problems {
+			path := strings.SplitN(problem, ": ", 2)[0]
+			if !slices.ContainsFunc(undecoded, func(u string) bool { return within(problem, u) || within(u, path) }) {
+				p = append(p, problem)
+			}
+		}
 	}
 	if len(p) > 0 {
 		return nil, &ValidationError{Problems: p}
@@ -223,26 +248,67 @@ func Load(path string) (*Config, error) {
 	return &c, nil
 }
 
-// upperCaseProviders names providers written with capitals: viper lowercases keys, so "Acme" would
-// silently become "acme" while jobs keep saying "Acme".
-func upperCaseProviders(path string) []string {
+// within reports whether a problem line (or a path) is about path or a field under it.
+func within(problem, path string) bool {
+	rest, ok := strings.CutPrefix(problem, path)
+	return ok && (rest == "" || strings.HasPrefix(rest, ":") || strings.HasPrefix(rest, ".") || strings.HasPrefix(rest, "["))
+}
+
+// envKeys lists the keys of a struct that an environment variable can set: scalars and comma lists.
+func envKeys(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Map, reflect.Struct:
+			continue
+		case reflect.Slice:
+			if f.Type.Elem().Kind() == reflect.Struct {
+				continue
+			}
+		}
+		out = append(out, f.Tag.Get("mapstructure"))
+	}
+	return out
+}
+
+// upperCaseKeys names keys written with capitals: viper lowercases keys, so "Acme" would silently become
+// "acme" while jobs keep saying "Acme", and "Providers:" would pass for "providers:". Header names, which
+// are case-insensitive, may use capitals.
+func upperCaseKeys(path string) []string {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil // ReadInConfig just read it; nothing new to report
 	}
-	var doc struct {
-		Providers map[string]any `yaml:"providers"`
-	}
+	var doc map[string]any
 	if yaml.Unmarshal(raw, &doc) != nil {
 		return nil
 	}
 	var out []string
-	for name := range doc.Providers {
-		// Names invalid in lower case too are reported by Validate.
-		if name != strings.ToLower(name) && providerName.MatchString(strings.ToLower(name)) {
-			out = append(out, fmt.Sprintf("providers.%s: provider name must match [a-z0-9_-]{1,64}, got %q", name, name))
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, sub := range v {
+				kp := join(path, k)
+				switch {
+				case strings.HasPrefix(path, "providers.") && strings.HasSuffix(path, ".headers"):
+					continue
+				case k == strings.ToLower(k):
+				case path == "providers" && providerName.MatchString(strings.ToLower(k)):
+					out = append(out, fmt.Sprintf("%s: provider name must match [a-z0-9_-]{1,64}, got %q", kp, k))
+				case path != "providers":
+					out = append(out, fmt.Sprintf("%s: keys are lower case (%s)", kp, strings.ToLower(k)))
+				}
+				walk(sub, join(path, strings.ToLower(k)))
+			}
+		case []any:
+			for i, sub := range v {
+				walk(sub, fmt.Sprintf("%s[%d]", path, i))
+			}
 		}
 	}
+	walk(doc, "")
 	sort.Strings(out)
 	return out
 }
@@ -270,6 +336,9 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 		}
 		return d, nil
 	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Float64, reflect.Float32, reflect.Uint, reflect.Uint64:
+		if reflect.ValueOf(data).IsZero() {
+			return time.Duration(0), nil // zero needs no unit
+		}
 		return nil, fmt.Errorf("a duration needs a unit (500ms, 1s, 1m, 24h), got %v", data)
 	}
 	return data, nil
@@ -299,6 +368,51 @@ func commaListHook(from, to reflect.Type, data any) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// strictScalarHook replaces mapstructure's weak typing, which would read 1.9 as 1 and 1 as true. Strings
+// (environment variables) are parsed exactly; everything else must already have the field's kind.
+func strictScalarHook(from, to reflect.Type, data any) (any, error) {
+	if to == reflect.TypeFor[time.Duration]() || data == nil {
+		return data, nil
+	}
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		switch d := data.(type) {
+		case string:
+			n, err := strconv.ParseInt(strings.TrimSpace(d), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("want an integer, got %q", d)
+			}
+			return n, nil
+		case float64:
+			if d != math.Trunc(d) || math.Abs(d) > 1<<53 {
+				return nil, fmt.Errorf("want an integer, got %v", d)
+			}
+			return int64(d), nil
+		case bool:
+			return nil, fmt.Errorf("want an integer, got %v", d)
+		}
+	case reflect.Bool:
+		switch d := data.(type) {
+		case bool:
+		case string:
+			b, err := strconv.ParseBool(strings.TrimSpace(d))
+			if err != nil {
+				return nil, fmt.Errorf("want true or false, got %q", d)
+			}
+			return b, nil
+		default:
+			return nil, fmt.Errorf("want true or false, got %v", d)
+		}
+	case reflect.String:
+		switch data.(type) {
+		case string:
+		case int, int64, float64, bool, uint64:
+			return nil, fmt.Errorf("want a string, got %v (quote it)", data)
+		}
+	}
+	return data, nil
 }
 
 // decodeProblems turns mapstructure's error tree into one line per field.
@@ -483,6 +597,8 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 			p.add(lp+".per", "must be > 0, got %s", l.Per)
 		case l.Per < time.Millisecond:
 			p.add(lp+".per", "must be >= 1ms, got %s", l.Per)
+		case l.Per > maxWindow:
+			p.add(lp+".per", "must be <= %s (366 days), got %s", maxWindow, l.Per)
 		case margin >= l.Per:
 			p.add(lp+".per", "must be longer than gate.margin (%s), got %s", margin, l.Per)
 		}
@@ -544,7 +660,10 @@ func (p *problems) check(ok bool, path, format string, args ...any) {
 
 func (p *problems) hostPort(path, addr string) {
 	host, port, err := net.SplitHostPort(addr)
-	p.check(err == nil && port != "" && (host != "" || path == "http.listen"), path, "must be host:port, got %q", addr)
+	n, perr := strconv.Atoi(port)
+	listen := path == "http.listen" // may omit the host and pick a free port
+	p.check(err == nil && perr == nil && n <= 65535 && (n >= 1 || listen && n == 0) && (host != "" || listen),
+		path, "must be host:port with a port 1..65535, got %q", addr)
 }
 
 func (p *problems) env(path, name string, optional bool) {

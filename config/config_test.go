@@ -64,7 +64,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad_values.yaml", []string{
 			`log.level: must be debug, info, warn or error, got "loud"`,
 			`log.format: must be json or console, got "xml"`,
-			`redis.addrs[0]: must be host:port, got "localhost"`,
+			`redis.addrs[0]: must be host:port with a port 1..65535, got "localhost"`,
 			`redis.password_env: must name an environment variable, got "not a var"`,
 			`redis.key_prefix: must be non-empty, without braces or whitespace, got "pay{gate}"`,
 			`broker.kind: must be rabbitmq or kafka, got "sqs"`,
@@ -80,11 +80,23 @@ func TestLoadErrors(t *testing.T) {
 			`providers.bad name.limits: must list at least one {requests, per}`,
 		}},
 		{"bad_types.yaml", []string{
-			`providers.acme.limits[0].requests: cannot parse value as 'int64': strconv.ParseInt: invalid syntax`,
+			`providers.acme.limits[0].requests: want an integer, got "lots"`,
 			`worker.max_inline_wait: a duration needs a unit (500ms, 1s, 1m, 24h), got 5`,
 			`worker.shutdown_timeout: want a duration such as 500ms, 1s, 1m or 24h, got "soon"`,
 		}},
 		{"no_providers.yaml", []string{"providers: must configure at least one provider"}},
+		{"loose_types.yaml", []string{
+			"Providers: keys are lower case (providers)",
+			"log.Level: keys are lower case (level)",
+			"broker.rabbitmq.exchange: want a string, got 42 (quote it)",
+			"providers.acme.limits[0].requests: want an integer, got 1.9",
+			"providers.acme.limits[1].requests: want an integer, got true",
+			"redis.tls: want true or false, got 1",
+			"worker.concurrency: want an integer, got \"lots\"",
+			`log.level: must be debug, info, warn or error, got "loud"`,
+			`redis.addrs[0]: must be host:port with a port 1..65535, got "localhost:notaport"`,
+			`redis.addrs[1]: must be host:port with a port 1..65535, got "h:99999"`,
+		}},
 		{"upper_case_provider.yaml", []string{`providers.Acme: provider name must match [a-z0-9_-]{1,64}, got "Acme"`}},
 	}
 	for _, tt := range tests {
@@ -101,6 +113,17 @@ func TestLoadErrors(t *testing.T) {
 				t.Fatalf("message %q", err)
 			}
 		})
+	}
+}
+
+// Values that need no unit or quoting are accepted as written.
+func TestLoadLenient(t *testing.T) {
+	c, err := config.Load(writeFile(t, "gate: {margin: 0}\nredis: {db: '3'}\nproviders: {acme: {url: 'http://x:1', timeout: 1s, limits: [{requests: 100.0, per: 1s}], headers: {X-Api-Version: '2'}}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gate.Margin != 0 || c.Redis.DB != 3 || c.Providers["acme"].Limits[0].Requests != 100 || c.Providers["acme"].Headers["x-api-version"] != "2" {
+		t.Fatalf("%+v", c)
 	}
 }
 
@@ -129,6 +152,30 @@ func TestEnvOverrides(t *testing.T) {
 		c.Gate.Margin != time.Millisecond || !reflect.DeepEqual(c.Worker.DelayTiers, []time.Duration{2 * time.Second, time.Minute}) {
 		t.Fatalf("env not applied: %+v", c)
 	}
+	// A provider key the file leaves out, a provider name with a dash, and clearing a value.
+	t.Setenv("PAYGATE_PROVIDERS_GLOBEX_RETRY_ON", "409,425")
+	t.Setenv("PAYGATE_PROVIDERS_GLOBEX_AUTH_HEADER", "Authorization")
+	t.Setenv("PAYGATE_PROVIDERS_GLOBEX_AUTH_ENV", "GLOBEX_TOKEN")
+	t.Setenv("PAYGATE_REDIS_MASTER_NAME", "")
+	c, err = config.Load(writeFile(t, "redis: {master_name: mymaster}\nproviders:\n  globex: {url: 'http://x:1', timeout: 1s, limits: [{requests: 1, per: 1s}]}\n  acme-pay: {url: 'http://x:1', limits: [{requests: 1, per: 1s}]}\n"))
+	if err == nil || !strings.Contains(err.Error(), "providers.acme-pay.timeout: must be > 0, got 0s") {
+		t.Fatalf("acme-pay without timeout: %v", err)
+	}
+	t.Setenv("PAYGATE_PROVIDERS_ACME_PAY_TIMEOUT", "4s")
+	c, err = config.Load(writeFile(t, "redis: {master_name: mymaster}\nproviders:\n  globex: {url: 'http://x:1', timeout: 1s, limits: [{requests: 1, per: 1s}]}\n  acme-pay: {url: 'http://x:1', limits: [{requests: 1, per: 1s}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := c.Providers["globex"]
+	if c.Providers["acme-pay"].Timeout != 4*time.Second || !reflect.DeepEqual(g.RetryOn, []int{409, 425}) ||
+		g.AuthHeader != "Authorization" || g.AuthEnv != "GLOBEX_TOKEN" || c.Redis.MasterName != "" {
+		t.Fatalf("env not applied: %+v %+v master %q", c.Providers["acme-pay"], g, c.Redis.MasterName)
+	}
+	t.Setenv("PAYGATE_WORKER_CONCURRENCY", "2.5")
+	if _, err := config.Load("testdata/valid.yaml"); err == nil || !strings.Contains(err.Error(), `worker.concurrency: want an integer, got "2.5"`) {
+		t.Fatalf("fractional env value: %v", err)
+	}
+	t.Setenv("PAYGATE_WORKER_CONCURRENCY", "")
 	t.Setenv("PAYGATE_BROKER_KIND", "carrier-pigeon")
 	if _, err := config.Load("testdata/valid.yaml"); err == nil || !strings.Contains(err.Error(), `broker.kind: must be rabbitmq or kafka, got "carrier-pigeon"`) {
 		t.Fatalf("bad env value: %v", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -8,11 +9,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -184,5 +188,73 @@ func TestRunInProcess(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "check-config") {
 		t.Fatalf("help: %d %q", code, out.String())
+	}
+}
+
+// The providers issue's acceptance check, through the binary: --limits 3/2s answers five quick POSTs with
+// distinct keys 200 200 200 429 429, a replay of the first key 200, and /stats shows 3, 1, 2.
+func TestProviderSimCLI(t *testing.T) {
+	cmd := exec.Command(binary, "provider-sim", "--listen", "127.0.0.1:0", "--limits", "3/2s")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no banner: %v %s", err, stderr.String())
+	}
+	m := regexp.MustCompile(`listening on (\S+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("banner %q", line)
+	}
+	base := "http://" + m[1]
+	var codes []int
+	for _, k := range []string{"k1", "k2", "k3", "k4", "k5", "k1"} {
+		req, _ := http.NewRequest(http.MethodPost, base+"/payments", strings.NewReader(`{"id":"x"}`))
+		req.Header.Set("Idempotency-Key", k)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 200 200 429 429 200]" {
+		t.Fatalf("codes %v", codes)
+	}
+	resp, err := http.Get(base + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Accepted, Duplicates, Violations int }
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.Accepted != 3 || st.Duplicates != 1 || st.Violations != 2 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v %s", err, stderr.String())
+	}
+}
+
+func TestProviderSimBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"provider-sim"},
+		{"provider-sim", "--limits", "3/x"},
+		{"provider-sim", "--limits", "3/1s", "--error-rate", "1.5"},
+		{"provider-sim", "--limits", "3/1s", "--latency", "1ms", "--jitter", "5ms"},
+	} {
+		if r := worker(t, nil, args...); r.code != 2 || r.stderr == "" {
+			t.Errorf("%v: exit %d %q", args, r.code, r.stderr)
+		}
 	}
 }

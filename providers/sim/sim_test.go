@@ -1,0 +1,226 @@
+package sim_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/paygate/paygate/providers/sim"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a hand-driven time source.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time           { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+func post(t *testing.T, h http.Handler, key string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"id":"x"}`))
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func newSim(t *testing.T, o sim.Options) (*sim.Provider, *clock) {
+	t.Helper()
+	c := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	if o.Now == nil {
+		o.Now = c.Now
+	}
+	p, err := sim.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, c
+}
+
+// The acceptance sequence: 3/2s, five distinct keys, then a replay of the first.
+func TestSequenceAndReplay(t *testing.T) {
+	p, _ := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 3, Per: 2 * time.Second}}})
+	var codes []int
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		codes = append(codes, post(t, p, k).Code)
+	}
+	if fmt.Sprint(codes) != "[200 200 200 429 429]" {
+		t.Fatalf("codes %v", codes)
+	}
+	first := post(t, p, "a")
+	if first.Code != 200 || !strings.Contains(first.Body.String(), `"idempotency_key":"a"`) {
+		t.Fatalf("replay: %d %s", first.Code, first.Body)
+	}
+	s := p.Stats()
+	if s.Accepted != 3 || s.Duplicates != 1 || s.Violations != 2 || s.Requests != 6 || s.Windows[0].MaxInWindow != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// The window is (t-per, t], to the nanosecond, on the simulator's own clock; Retry-After is whole seconds,
+// rounded up, and enough.
+func TestWindowBoundaries(t *testing.T) {
+	p, c := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 2, Per: time.Second}, {Limit: 3, Per: 10 * time.Second}}})
+	t0 := c.Now()
+	mustCode(t, post(t, p, "a"), 200)
+	c.Advance(100 * time.Millisecond)
+	mustCode(t, post(t, p, "b"), 200)
+	c.Advance(900*time.Millisecond - time.Nanosecond) // t0 + 1s - 1ns: "a" is still in the window
+	w := post(t, p, "c")
+	mustCode(t, w, 429)
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After %q at 1ns before a slot frees, want 1 (rounded up)", got)
+	}
+	c.Advance(time.Nanosecond) // t0 + 1s exactly: "a" has left (t-1s, t]
+	mustCode(t, post(t, p, "c"), 200)
+	c.Advance(time.Second) // 1s window has room; 10s window holds a, b, c
+	w = post(t, p, "d")
+	mustCode(t, w, 429)
+	if got := w.Header().Get("Retry-After"); got != "8" { // "a" leaves the 10s window at t0+10s, now is t0+2s
+		t.Fatalf("Retry-After %q from the 10s window, want 8", got)
+	}
+	c.Advance(8 * time.Second)
+	if !c.Now().Equal(t0.Add(10 * time.Second)) {
+		t.Fatal("clock arithmetic")
+	}
+	mustCode(t, post(t, p, "d"), 200) // the 429'd key was not stored: it is a new request
+	s := p.Stats()
+	if s.Accepted != 4 || s.Violations != 2 || s.Duplicates != 0 || s.Windows[0].MaxInWindow != 2 || s.Windows[1].MaxInWindow != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+	if !s.FirstAccepted.Equal(t0) || !s.LastAccepted.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("first %v last %v", s.FirstAccepted, s.LastAccepted)
+	}
+}
+
+func mustCode(t *testing.T, w *httptest.ResponseRecorder, code int) {
+	t.Helper()
+	if w.Code != code {
+		t.Fatalf("got %d (%s), want %d", w.Code, w.Body, code)
+	}
+}
+
+// Concurrent requests are decided exactly: a limit of 10 admits exactly 10 of 50.
+func TestConcurrentExactness(t *testing.T) {
+	p, _ := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 10, Per: time.Hour}}, Now: time.Now})
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() { post(t, p, fmt.Sprintf("k%d", i)) })
+	}
+	wg.Wait()
+	if s := p.Stats(); s.Accepted != 10 || s.Violations != 40 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestFaultsAndBadRequests(t *testing.T) {
+	p, _ := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 100, Per: time.Second}}, ErrorRate: 1, Seed: 7})
+	mustCode(t, post(t, p, "a"), 500)
+	mustCode(t, post(t, p, "a"), 500) // a failed request stored nothing: no duplicate
+	mustCode(t, post(t, p, ""), 400)
+	s := p.Stats()
+	if s.ErrorsInjected != 2 || s.Accepted != 0 || s.Duplicates != 0 || s.BadRequests != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+
+	// A hung request holds until the client gives up; it is counted, never accepted.
+	srv, err := sim.Start("127.0.0.1:0", sim.Options{Limits: []sim.Window{{Limit: 100, Per: time.Second}}, TimeoutRate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/pay", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "h")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("hung request answered %d", resp.StatusCode)
+	}
+	if s := srv.Stats(); s.TimeoutsInjected != 1 || s.ErrorsInjected != 1 || s.Accepted != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Seeded faults are reproducible, and the error rate is honoured.
+func TestSeededErrorRate(t *testing.T) {
+	run := func() []int {
+		p, _ := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 1000, Per: time.Second}}, ErrorRate: 0.2, Seed: 42})
+		var codes []int
+		for i := range 500 {
+			codes = append(codes, post(t, p, fmt.Sprint(i)).Code)
+		}
+		return codes
+	}
+	a, b := run(), run()
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatal("same seed, different faults")
+	}
+	fails := strings.Count(fmt.Sprint(a), "500")
+	if fails < 70 || fails > 130 { // 100 expected; 70..130 is > 3 standard deviations
+		t.Fatalf("%d of 500 failed at rate 0.2", fails)
+	}
+}
+
+func TestStatsEndpoint(t *testing.T) {
+	srv, err := sim.Start("127.0.0.1:0", sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Minute}, {Limit: 5, Per: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, k := range []string{"a", "b", "a"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL()+"/v1/pay", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", k)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	resp, err := http.Get(srv.URL() + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"accepted", "duplicates", "violations", "errors_injected", "first_accepted", "last_accepted", "windows"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("stats lack %q: %v", k, raw)
+		}
+	}
+	ws := raw["windows"].([]any)
+	if raw["accepted"] != 1.0 || raw["duplicates"] != 1.0 || raw["violations"] != 1.0 || len(ws) != 2 || ws[0].(map[string]any)["max_in_window"] != 1.0 {
+		t.Fatalf("stats %v", raw)
+	}
+}
+
+func TestParseLimits(t *testing.T) {
+	good, err := sim.ParseLimits("100/1s, 3000/1m,5/24h")
+	if err != nil || fmt.Sprint(good) != "[100/1s 3000/1m0s 5/24h0m0s]" {
+		t.Fatalf("%v %v", good, err)
+	}
+	for _, bad := range []string{"", "100", "0/1s", "-1/1s", "x/1s", "100/", "100/0s", "100/-1s", "100/1x", "100/1s,"} {
+		if _, err := sim.ParseLimits(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

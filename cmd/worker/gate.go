@@ -89,6 +89,25 @@ func newGate(c *config.Config) (*gate.Limiter, redis.UniversalClient, error) {
 	return l, rdb, nil
 }
 
+// openGate loads the config at path and connects the gate, for a command about one provider.
+func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func(), error) {
+	if provider == "" {
+		return nil, nil, usageError{fmt.Errorf("%s: --provider is required", cmd)}
+	}
+	c, err := loadConfig(path, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := c.Providers[provider]; !ok {
+		return nil, nil, usageError{fmt.Errorf("%s: provider %q is not configured in %s", cmd, provider, path)}
+	}
+	l, rdb, err := newGate(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() { rdb.Close() }, nil
+}
+
 // tryVerdict is the JSON "worker gate try" prints; its keys are a public contract.
 type tryVerdict struct {
 	Provider     string  `json:"provider"`
@@ -114,24 +133,14 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *provider == "" {
-		return usageError{errors.New("gate try: --provider is required")}
-	}
 	if *id == "" {
 		*id = randomID()
 	}
-	c, err := loadConfig(*path, stderr)
+	l, closeGate, err := openGate("gate try", *path, *provider, stderr)
 	if err != nil {
 		return err
 	}
-	if _, ok := c.Providers[*provider]; !ok {
-		return usageError{fmt.Errorf("gate try: provider %q is not configured in %s", *provider, *path)}
-	}
-	l, rdb, err := newGate(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
+	defer closeGate()
 	v, err := l.Reserve(ctx, *provider, *id, *cost, *maxWait)
 	if err != nil {
 		if errors.Is(err, gate.ErrInvalid) {
@@ -179,21 +188,11 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *provider == "" {
-		return usageError{errors.New("gate status: --provider is required")}
-	}
-	c, err := loadConfig(*path, stderr)
+	l, closeGate, err := openGate("gate status", *path, *provider, stderr)
 	if err != nil {
 		return err
 	}
-	if _, ok := c.Providers[*provider]; !ok {
-		return usageError{fmt.Errorf("gate status: provider %q is not configured in %s", *provider, *path)}
-	}
-	l, rdb, err := newGate(c)
-	if err != nil {
-		return err
-	}
-	defer rdb.Close()
+	defer closeGate()
 	st, err := l.Status(ctx, *provider)
 	if err != nil {
 		return err

@@ -1,0 +1,211 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits of the job contract.
+const (
+	MaxBody     = 64 << 10 // bytes
+	MaxIDLen    = 128      // characters
+	MaxKeyLen   = 255      // characters, idempotency_key
+	MaxMerchant = 128      // characters
+	maxAmount   = 1<<53 - 1
+)
+
+var (
+	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
+)
+
+// InvalidError says why a message is not a valid job. Its text is the reason a dead letter carries.
+type InvalidError struct {
+	Field string // empty for the body as a whole
+	Msg   string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Decode parses and validates one message body. maxCost maps each configured provider to the largest cost
+// a job may have there (its smallest limit). Every problem is an *InvalidError naming the field.
+func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
+	switch {
+	case len(body) == 0:
+		return nil, invalid("", "empty body")
+	case len(body) > MaxBody:
+		return nil, invalid("", "body is %d bytes, more than the %d allowed", len(body), MaxBody)
+	case !utf8.Valid(body):
+		return nil, invalid("", "body is not valid UTF-8")
+	}
+	fields, err := objectFields(body)
+	if err != nil {
+		return nil, err
+	}
+	var j Job
+	_, costGiven := fields["cost"]
+	for _, f := range []struct {
+		name     string
+		required bool
+		decode   func(json.RawMessage) error
+	}{
+		{"id", true, func(r json.RawMessage) error { return text(r, "id", 1, MaxIDLen, &j.ID) }},
+		{"provider", true, func(r json.RawMessage) error { return text(r, "provider", 1, 200, &j.Provider) }},
+		{"amount", true, func(r json.RawMessage) error { return integer(r, "amount", &j.Amount) }},
+		{"currency", true, func(r json.RawMessage) error { return text(r, "currency", 0, 100, &j.Currency) }},
+		{"merchant", false, func(r json.RawMessage) error { return text(r, "merchant", 0, MaxMerchant, &j.Merchant) }},
+		{"idempotency_key", false, func(r json.RawMessage) error { return text(r, "idempotency_key", 1, MaxKeyLen, &j.IdempotencyKey) }},
+		{"cost", false, func(r json.RawMessage) error { return integer(r, "cost", &j.Cost) }},
+		{"payload", false, func(r json.RawMessage) error {
+			if t := bytes.TrimSpace(r); len(t) == 0 || t[0] != '{' {
+				return invalid("payload", "must be an object, got %s", excerpt(t))
+			}
+			j.Payload = append(json.RawMessage(nil), r...)
+			return nil
+		}},
+	} {
+		raw, ok := fields[f.name]
+		if !ok {
+			if f.required {
+				return nil, invalid(f.name, "required")
+			}
+			continue
+		}
+		delete(fields, f.name)
+		if err := f.decode(raw); err != nil {
+			return nil, err
+		}
+	}
+	for name := range fields {
+		return nil, invalid(name, "unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)")
+	}
+
+	switch {
+	case strings.ContainsFunc(j.ID, unicode.IsControl):
+		return nil, invalid("id", "must not contain control characters")
+	case !providerName.MatchString(j.Provider):
+		return nil, invalid("provider", "must match [a-z0-9_-]{1,64}, got %q", j.Provider)
+	case j.Amount <= 0:
+		return nil, invalid("amount", "must be > 0 (minor units), got %d", j.Amount)
+	case !currencyCode.MatchString(j.Currency):
+		return nil, invalid("currency", "must be three upper-case letters (ISO 4217), got %q", j.Currency)
+	case strings.ContainsFunc(j.IdempotencyKey, unicode.IsControl):
+		return nil, invalid("idempotency_key", "must not contain control characters")
+	}
+	limit, ok := maxCost[j.Provider]
+	if !ok {
+		return nil, invalid("provider", "%q is not configured", j.Provider)
+	}
+	if !costGiven {
+		j.Cost = 1
+	}
+	if j.Cost < 1 || j.Cost > limit {
+		return nil, invalid("cost", "must be 1..%d for provider %s (its smallest limit), got %d", limit, j.Provider, j.Cost)
+	}
+	return &j, nil
+}
+
+// objectFields reads the top-level object's members, refusing duplicate keys (which encoding/json would
+// silently resolve to the last one).
+func objectFields(body []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, notJSON(err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, invalid("", "body must be a JSON object, got %s", excerpt(bytes.TrimSpace(body)))
+	}
+	fields := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, notJSON(err)
+		}
+		key := tok.(string) // inside an object, a token before a value is always its key
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, notJSON(err)
+		}
+		if _, dup := fields[key]; dup {
+			return nil, invalid(key, "duplicate key")
+		}
+		fields[key] = raw
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, notJSON(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, invalid("", "body has data after the JSON object")
+	}
+	return fields, nil
+}
+
+func notJSON(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return invalid("", "body is not JSON: %v", err)
+}
+
+func text(raw json.RawMessage, field string, minLen, maxLen int, dst *string) error {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return invalid(field, "must be a string, got %s", excerpt(raw))
+	}
+	if n := utf8.RuneCountInString(s); n < minLen || n > maxLen {
+		return invalid(field, "must be %d..%d characters, got %d", minLen, maxLen, n)
+	}
+	*dst = s
+	return nil
+}
+
+func integer(raw json.RawMessage, field string, dst *int64) error {
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' { // json.Number would take "12"
+		return invalid(field, "must be an integer, got %s", excerpt(t))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var n json.Number
+	if err := dec.Decode(&n); err != nil {
+		return invalid(field, "must be an integer, got %s", excerpt(raw))
+	}
+	v, err := n.Int64()
+	if err != nil {
+		if strings.ContainsAny(n.String(), ".eE") {
+			return invalid(field, "must be an integer, got %s", n)
+		}
+		return invalid(field, "out of range, got %s", n)
+	}
+	if v > maxAmount || v < -maxAmount {
+		return invalid(field, "out of range, got %s", n)
+	}
+	*dst = v
+	return nil
+}
+
+// excerpt shows a short, printable start of a bad value.
+func excerpt(b []byte) string {
+	const n = 40
+	s := string(b)
+	if utf8.RuneCountInString(s) > n {
+		s = string([]rune(s)[:n]) + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}

@@ -1,0 +1,106 @@
+package job_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/paygate/paygate/job"
+)
+
+var maxCost = map[string]int64{"acme": 100, "globex": 5}
+
+func TestDecodeValid(t *testing.T) {
+	j, err := job.Decode([]byte(`{"id":"pay-1","provider":"acme","amount":1250,"currency":"EUR","merchant":"m_42","idempotency_key":"k-1","cost":3,"payload":{"iban":"DE89"}}`), maxCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != "pay-1" || j.Provider != "acme" || j.Amount != 1250 || j.Currency != "EUR" || j.Merchant != "m_42" ||
+		j.Key() != "k-1" || j.Cost != 3 || string(j.Payload) != `{"iban":"DE89"}` {
+		t.Fatalf("%+v", j)
+	}
+	j, err = job.Decode([]byte(` {"id":"é-ü","provider":"globex","amount":1,"currency":"USD"} `), maxCost)
+	if err != nil || j.Cost != 1 || j.Key() != "é-ü" {
+		t.Fatalf("%+v %v", j, err)
+	}
+}
+
+// Every bad message gets one exact reason; none panics.
+func TestDecodeInvalid(t *testing.T) {
+	long := strings.Repeat("x", 129)
+	tests := []struct {
+		name, body, want string
+	}{
+		{"empty body", ``, "empty body"},
+		{"not JSON", `hello`, "body is not JSON: invalid character 'h' looking for beginning of value"},
+		{"truncated", `{"id":"a"`, "body is not JSON: unexpected EOF"},
+		{"array", `[1,2]`, `body must be a JSON object, got "[1,2]"`},
+		{"null", `null`, `body must be a JSON object, got "null"`},
+		{"trailing data", `{"id":"a","provider":"acme","amount":1,"currency":"EUR"} {}`, "body has data after the JSON object"},
+		{"invalid UTF-8", "{\"id\":\"\xff\",\"provider\":\"acme\",\"amount\":1,\"currency\":\"EUR\"}", "body is not valid UTF-8"},
+		{"too big", `{"id":"a","payload":{"x":"` + strings.Repeat("y", 70000) + `"}}`, "body is 70029 bytes, more than the 65536 allowed"},
+		{"duplicate key", `{"id":"a","id":"b","provider":"acme","amount":1,"currency":"EUR"}`, "id: duplicate key"},
+		{"missing id", `{"provider":"acme","amount":1,"currency":"EUR"}`, "id: required"},
+		{"empty id", `{"id":"","provider":"acme","amount":1,"currency":"EUR"}`, "id: must be 1..128 characters, got 0"},
+		{"id too long", `{"id":"` + long + `","provider":"acme","amount":1,"currency":"EUR"}`, "id: must be 1..128 characters, got 129"},
+		{"id not a string", `{"id":42,"provider":"acme","amount":1,"currency":"EUR"}`, `id: must be a string, got "42"`},
+		{"id with NUL", `{"id":"a\u0000b","provider":"acme","amount":1,"currency":"EUR"}`, "id: must not contain control characters"},
+		{"missing provider", `{"id":"a","amount":1,"currency":"EUR"}`, "provider: required"},
+		{"unknown provider", `{"id":"a","provider":"nope","amount":1,"currency":"EUR"}`, `provider: "nope" is not configured`},
+		{"provider with brace", `{"id":"a","provider":"ac{me}","amount":1,"currency":"EUR"}`, `provider: must match [a-z0-9_-]{1,64}, got "ac{me}"`},
+		{"provider with colon", `{"id":"a","provider":"ac:me","amount":1,"currency":"EUR"}`, `provider: must match [a-z0-9_-]{1,64}, got "ac:me"`},
+		{"provider with space", `{"id":"a","provider":"ac me","amount":1,"currency":"EUR"}`, `provider: must match [a-z0-9_-]{1,64}, got "ac me"`},
+		{"provider star", `{"id":"a","provider":"*","amount":1,"currency":"EUR"}`, `provider: must match [a-z0-9_-]{1,64}, got "*"`},
+		{"missing amount", `{"id":"a","provider":"acme","currency":"EUR"}`, "amount: required"},
+		{"negative amount", `{"id":"a","provider":"acme","amount":-5,"currency":"EUR"}`, "amount: must be > 0 (minor units), got -5"},
+		{"zero amount", `{"id":"a","provider":"acme","amount":0,"currency":"EUR"}`, "amount: must be > 0 (minor units), got 0"},
+		{"fractional amount", `{"id":"a","provider":"acme","amount":12.5,"currency":"EUR"}`, "amount: must be an integer, got 12.5"},
+		{"amount as string", `{"id":"a","provider":"acme","amount":"12","currency":"EUR"}`, `amount: must be an integer, got "\"12\""`},
+		{"huge amount", `{"id":"a","provider":"acme","amount":99999999999999999999,"currency":"EUR"}`, "amount: out of range, got 99999999999999999999"},
+		{"lower-case currency", `{"id":"a","provider":"acme","amount":1,"currency":"eur"}`, `currency: must be three upper-case letters (ISO 4217), got "eur"`},
+		{"4-letter currency", `{"id":"a","provider":"acme","amount":1,"currency":"EURO"}`, `currency: must be three upper-case letters (ISO 4217), got "EURO"`},
+		{"cost 0", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","cost":0}`, "cost: must be 1..100 for provider acme (its smallest limit), got 0"},
+		{"cost above limit", `{"id":"a","provider":"globex","amount":1,"currency":"EUR","cost":6}`, "cost: must be 1..5 for provider globex (its smallest limit), got 6"},
+		{"payload array", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":[1]}`, `payload: must be an object, got "[1]"`},
+		{"payload string", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":"x"}`, `payload: must be an object, got "\"x\""`},
+		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j, err := job.Decode([]byte(tt.body), maxCost)
+			var ie *job.InvalidError
+			if j != nil || !errors.As(err, &ie) || err.Error() != tt.want {
+				t.Fatalf("got %v (%v), want %q", err, j, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzDecode: any input either decodes to a job that honours the contract or is refused with a reason;
+// nothing panics.
+func FuzzDecode(f *testing.F) {
+	for _, seed := range []string{
+		`{"id":"pay-1","provider":"acme","amount":1250,"currency":"EUR"}`,
+		`{"id":"a","provider":"globex","amount":1,"currency":"USD","cost":5,"payload":{"a":[1,{"b":null}]}}`,
+		`{"id":"a","id":"a"}`, `[]`, `{`, `""`, "\xff", `{"amount":1e3}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		j, err := job.Decode(body, maxCost)
+		if err != nil {
+			var ie *job.InvalidError
+			if !errors.As(err, &ie) || err.Error() == "" || j != nil {
+				t.Fatalf("error %v is not a reason", err)
+			}
+			return
+		}
+		if j.ID == "" || j.Amount <= 0 || len(j.Currency) != 3 || j.Cost < 1 || j.Cost > maxCost[j.Provider] {
+			t.Fatalf("accepted a job outside the contract: %+v", j)
+		}
+		if j.Payload != nil && !json.Valid(j.Payload) {
+			t.Fatalf("payload is not JSON: %q", j.Payload)
+		}
+	})
+}

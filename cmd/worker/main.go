@@ -1,5 +1,7 @@
 // Command worker is paygate's single binary: the worker itself and the operator tools around it.
 //
+//	worker run          --config FILE
+//	worker enqueue      --config FILE (--provider NAME --count N [--cost C] [--rate R] | --file jobs.jsonl)
 //	worker check-config --config FILE
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D]
 //	worker gate status  --config FILE --provider NAME [--json]
@@ -23,6 +25,8 @@ import (
 const usage = `usage: worker <command> [flags]
 
 commands:
+  run            consume jobs, ask the gate, dispatch to providers, settle (until SIGTERM)
+  enqueue        publish synthetic jobs (--provider --count) or a JSON-lines file (--file) with confirms
   check-config   validate a configuration file and print its providers and limits
   gate try       ask the gate once for a provider's budget and print the verdict as JSON
   gate status    print each of a provider's policies: use, reservations, remaining, reset
@@ -81,6 +85,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return gateStatus(ctx, rest[1:], stdout, stderr)
 		}
 		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try or status)", rest[0])}
+	case "run":
+		return runWorker(ctx, rest, stdout, stderr)
+	case "enqueue":
+		return enqueue(ctx, rest, stdout, stderr)
 	case "provider-sim":
 		return providerSim(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":

@@ -1,0 +1,380 @@
+// Package consumers is the worker core: for each delivery it decodes the job, reserves a slot at the gate,
+// sleeps until the slot, dispatches to the provider, and settles the delivery. It owns the small interfaces
+// it needs and knows neither the broker behind them (consumers/rabbitmq, consumers/kafka, an in-memory
+// one) nor Redis.
+//
+// What happens to a job:
+//
+//	invalid message                  -> dead letter (reason "invalid")
+//	older than max_deferral_age      -> dead letter ("deferral-age")
+//	gate denies (slot > max wait)    -> deferred by RetryAfter (not an attempt)
+//	gate unreachable                 -> deferred (fail closed, never dispatched unguarded)
+//	provider 2xx                     -> ack
+//	provider throttles (429)         -> gate.Pause for the whole cluster, deferred (not an attempt)
+//	transient failure                -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts
+//	permanent failure (4xx)          -> dead letter ("permanent")
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers"
+)
+
+// Broker is what the core needs from a queue: one stream of deliveries per provider. The stream ends
+// (the channel closes) after ctx is done and the broker has stopped consuming; deliveries received after
+// that are returned with Requeue.
+type Broker interface {
+	Consume(ctx context.Context, provider string) (<-chan Delivery, error)
+}
+
+// Delivery is one message. Settling it (Ack, Defer, DeadLetter, Requeue) exactly once is the core's job;
+// a delivery whose settlement fails is redelivered by the broker, and the gate's duplicate admission and
+// the provider's idempotency key absorb the repeat.
+type Delivery interface {
+	Body() []byte
+	// Attempt counts the transient failures so far (0 on a first delivery).
+	Attempt() int
+	// FirstSeen is when paygate first received the job.
+	FirstSeen() time.Time
+	Ack(ctx context.Context) error
+	// Defer publishes the job to come back after at least `after` (a delay tier or retry topic), carrying
+	// attempt and why, and acknowledges the original only once the copy is confirmed.
+	Defer(ctx context.Context, after time.Duration, attempt int, why error) error
+	// DeadLetter publishes the job to the dead letters with a reason, then acknowledges the original.
+	DeadLetter(ctx context.Context, reason Reason, attempt int, why error) error
+	// Requeue hands an unfinished delivery back to its queue (shutdown).
+	Requeue(ctx context.Context) error
+}
+
+// Reason is why a job was dead-lettered; it travels in the dead letter's headers.
+type Reason string
+
+// The reasons.
+const (
+	ReasonInvalid     Reason = "invalid"            // the message is not a valid job
+	ReasonPermanent   Reason = "permanent"          // the provider refused it (4xx)
+	ReasonExhausted   Reason = "attempts-exhausted" // transient failures reached max_attempts
+	ReasonDeferralAge Reason = "deferral-age"       // first seen longer ago than max_deferral_age
+)
+
+// Gate is the budget, shared by every worker (gate.Limiter).
+type Gate interface {
+	Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
+	Pause(ctx context.Context, provider string, until time.Time) error
+}
+
+// Dispatcher hands a job to one provider (providers.Client).
+type Dispatcher interface {
+	Dispatch(ctx context.Context, j *job.Job) error
+}
+
+// Config tunes the core.
+type Config struct {
+	Concurrency     int           // in-flight jobs per provider
+	MaxInlineWait   time.Duration // longest reservation slept in-process
+	MaxAttempts     int
+	MaxDeferralAge  time.Duration
+	ShutdownTimeout time.Duration
+	BackoffBase     time.Duration // first transient retry waits up to this (full jitter), doubling
+	BackoffMax      time.Duration
+	RedisRetry      time.Duration // deferral when the gate cannot answer
+	// Providers maps each provider to the largest cost a job may have there (its smallest limit).
+	Providers map[string]int64
+}
+
+// Worker runs the core over a broker.
+type Worker struct {
+	cfg        Config
+	gate       Gate
+	dispatch   map[string]Dispatcher
+	log        *zap.Logger
+	metrics    *Metrics
+	now        func() time.Time
+	redisLog   *throttledLog
+	mu         sync.Mutex
+	pausedTill map[string]time.Time // the pauses this process has seen, checked before every dispatch
+}
+
+// New returns a worker. metrics may be nil.
+func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, metrics *Metrics) (*Worker, error) {
+	if cfg.Concurrency < 1 || cfg.MaxAttempts < 1 || len(cfg.Providers) == 0 {
+		return nil, errors.New("consumers: concurrency, max attempts and providers are required")
+	}
+	for p := range cfg.Providers {
+		if dispatch[p] == nil {
+			return nil, fmt.Errorf("consumers: no dispatcher for provider %s", p)
+		}
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = time.Second
+	}
+	if cfg.BackoffMax < cfg.BackoffBase {
+		cfg.BackoffMax = max(10*time.Minute, cfg.BackoffBase)
+	}
+	if cfg.RedisRetry <= 0 {
+		cfg.RedisRetry = time.Second
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
+		redisLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{}}, nil
+}
+
+// Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
+// taking deliveries, gives in-flight jobs ShutdownTimeout to settle, and returns.
+func (w *Worker) Run(ctx context.Context, b Broker) error {
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var wg sync.WaitGroup
+	names := make([]string, 0, len(w.cfg.Providers))
+	for p := range w.cfg.Providers {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	for _, p := range names {
+		deliveries, err := b.Consume(ctx, p)
+		if err != nil {
+			return fmt.Errorf("consumers: consume %s: %w", p, err)
+		}
+		for range w.cfg.Concurrency {
+			wg.Go(func() {
+				for d := range deliveries {
+					if ctx.Err() != nil {
+						_ = d.Requeue(work) // shutting down: back to the queue, untouched
+						continue
+					}
+					w.Handle(work, p, d)
+				}
+			})
+		}
+	}
+	<-ctx.Done()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownTimeout):
+		w.log.Warn("shutdown timeout: abandoning in-flight jobs; the broker redelivers them", zap.Duration("timeout", w.cfg.ShutdownTimeout))
+		cancelWork()
+		<-done
+	}
+	return nil
+}
+
+// Handle takes one delivery of provider's stream from decoding to settlement.
+func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
+	w.metrics.inflight.WithLabelValues(provider).Inc()
+	defer w.metrics.inflight.WithLabelValues(provider).Dec()
+	s := settlement{w: w, d: d, provider: provider, attempt: d.Attempt()}
+	j, err := job.Decode(d.Body(), w.cfg.Providers)
+	if err == nil && j.Provider != provider {
+		err = &job.InvalidError{Field: "provider", Msg: fmt.Sprintf("%q arrived on the queue of %s", j.Provider, provider)}
+	}
+	if err != nil {
+		s.deadLetter(ctx, ReasonInvalid, "invalid", err)
+		return
+	}
+	s.job = j
+	if age := w.now().Sub(d.FirstSeen()); age > w.cfg.MaxDeferralAge {
+		s.deadLetter(ctx, ReasonDeferralAge, "too_old", fmt.Errorf("first seen %s ago, more than max_deferral_age %s", age.Round(time.Second), w.cfg.MaxDeferralAge))
+		return
+	}
+	if wait := w.pausedFor(provider); wait > 0 {
+		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
+		return
+	}
+	v, err := w.gate.Reserve(ctx, provider, j.ID, j.Cost, w.cfg.MaxInlineWait)
+	switch {
+	case err != nil && errors.Is(err, gate.ErrInvalid):
+		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		s.deadLetter(ctx, ReasonInvalid, "invalid", err)
+		return
+	case err != nil:
+		// Fail closed: without the gate nothing is dispatched.
+		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		w.redisLog.warn(w.log, "gate unreachable: deferring jobs", zap.String("provider", provider), zap.Error(err))
+		s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
+		return
+	case !v.Allowed:
+		w.metrics.decisions.WithLabelValues(provider, "denied").Inc()
+		s.deferFor(ctx, v.RetryAfter, "deferred", fmt.Errorf("gate: no slot within %s (policy %s)", w.cfg.MaxInlineWait, v.Limit))
+		return
+	case v.Duplicate:
+		w.metrics.decisions.WithLabelValues(provider, "duplicate").Inc()
+	case v.Delay > 0:
+		w.metrics.decisions.WithLabelValues(provider, "reserved").Inc()
+	default:
+		w.metrics.decisions.WithLabelValues(provider, "allowed").Inc()
+	}
+	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
+	s.waited = v.Delay
+	if !sleep(ctx, v.Delay) {
+		s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
+		return
+	}
+	if wait := w.pausedFor(provider); wait > 0 {
+		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
+		return
+	}
+	start := time.Now()
+	err = w.dispatch[provider].Dispatch(ctx, j)
+	outcome := providers.OutcomeOf(err)
+	w.metrics.dispatch.WithLabelValues(provider, string(outcome)).Observe(time.Since(start).Seconds())
+	var thr *providers.Throttled
+	switch {
+	case err == nil:
+		s.ack(ctx)
+	case errors.As(err, &thr):
+		w.pause(ctx, provider, thr.RetryAfter)
+		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
+	case errors.Is(err, providers.ErrPermanent):
+		s.attempt++
+		s.deadLetter(ctx, ReasonPermanent, "permanent", err)
+	default:
+		s.attempt++
+		if s.attempt >= w.cfg.MaxAttempts {
+			s.deadLetter(ctx, ReasonExhausted, "exhausted", err)
+			return
+		}
+		s.deferFor(ctx, providers.Backoff(s.attempt, w.cfg.BackoffBase, w.cfg.BackoffMax), "transient", err)
+	}
+}
+
+// pause tells the whole cluster (through the gate) and this process to hold the provider.
+func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
+	until := w.now().Add(d)
+	w.mu.Lock()
+	if until.After(w.pausedTill[provider]) {
+		w.pausedTill[provider] = until
+	}
+	w.mu.Unlock()
+	if err := w.gate.Pause(ctx, provider, until); err != nil {
+		w.redisLog.warn(w.log, "gate unreachable: pause not shared", zap.String("provider", provider), zap.Error(err))
+	}
+}
+
+func (w *Worker) pausedFor(provider string) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pausedTill[provider].Sub(w.now())
+}
+
+// settlement settles one delivery and logs the one line per settled job.
+type settlement struct {
+	w        *Worker
+	d        Delivery
+	provider string
+	job      *job.Job
+	attempt  int
+	waited   time.Duration
+}
+
+// settleCtx outlives a shutdown's cancellation briefly, so that a finished job is still settled.
+func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}
+
+func (s *settlement) ack(ctx context.Context) {
+	ctx, cancel := settleCtx(ctx)
+	defer cancel()
+	s.done("succeeded", s.d.Ack(ctx), nil)
+}
+
+func (s *settlement) deferFor(ctx context.Context, after time.Duration, outcome string, why error) {
+	ctx, cancel := settleCtx(ctx)
+	defer cancel()
+	s.done(outcome, s.d.Defer(ctx, after, s.attempt, why), why, zap.Duration("retry_after", after))
+}
+
+func (s *settlement) deadLetter(ctx context.Context, reason Reason, outcome string, why error) {
+	ctx, cancel := settleCtx(ctx)
+	defer cancel()
+	s.done(outcome, s.d.DeadLetter(ctx, reason, s.attempt, why), why, zap.String("reason", string(reason)))
+}
+
+func (s *settlement) requeue(ctx context.Context) {
+	ctx, cancel := settleCtx(ctx)
+	defer cancel()
+	s.done("requeued", s.d.Requeue(ctx), nil)
+}
+
+func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Field) {
+	s.w.metrics.jobs.WithLabelValues(s.provider, outcome).Inc()
+	fields := append([]zap.Field{
+		zap.String("provider", s.provider),
+		zap.String("outcome", outcome),
+		zap.Duration("waited", s.waited),
+		zap.Int("attempt", s.attempt),
+	}, extra...)
+	if s.job != nil {
+		fields = append(fields, zap.String("job", s.job.ID))
+	}
+	if why != nil {
+		fields = append(fields, zap.String("error", truncate(why.Error(), 300)))
+	}
+	if settleErr != nil {
+		// The broker redelivers it; duplicate admission and the idempotency key absorb the repeat.
+		s.w.log.Warn("job not settled; the broker will redeliver it", append(fields, zap.NamedError("settle_error", settleErr))...)
+		return
+	}
+	s.w.log.Info("job settled", fields...)
+}
+
+// sleep waits d or until ctx is done; it reports whether the full wait passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// throttledLog writes a repeated warning at most once per interval, with how many it swallowed.
+type throttledLog struct {
+	every  time.Duration
+	mu     sync.Mutex
+	last   time.Time
+	missed int
+}
+
+func (t *throttledLog) warn(log *zap.Logger, msg string, fields ...zap.Field) {
+	t.mu.Lock()
+	now := time.Now()
+	if now.Sub(t.last) < t.every {
+		t.missed++
+		t.mu.Unlock()
+		return
+	}
+	missed := t.missed
+	t.last, t.missed = now, 0
+	t.mu.Unlock()
+	log.Warn(msg, append(fields, zap.Int("suppressed_since_last", missed))...)
+}

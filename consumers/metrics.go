@@ -1,0 +1,71 @@
+package consumers
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the core's Prometheus series.
+type Metrics struct {
+	jobs      *prometheus.CounterVec   // paygate_jobs_total{provider,outcome}
+	gateWait  *prometheus.HistogramVec // paygate_gate_wait_seconds{provider}
+	decisions *prometheus.CounterVec   // paygate_gate_decisions_total{provider,decision}
+	dispatch  *prometheus.HistogramVec // paygate_dispatch_duration_seconds{provider,class}
+	inflight  *prometheus.GaugeVec     // paygate_inflight{provider}
+}
+
+// NewMetrics creates the series and registers them with reg (nil: not registered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paygate_jobs_total", Help: "Jobs settled, by provider and outcome.",
+		}, []string{"provider", "outcome"}),
+		gateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "paygate_gate_wait_seconds", Help: "Time a job waited in-process for its reserved slot.",
+			Buckets: []float64{0, .001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"provider"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paygate_gate_decisions_total", Help: "Gate decisions: allowed, reserved, duplicate, denied, error.",
+		}, []string{"provider", "decision"}),
+		dispatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "paygate_dispatch_duration_seconds", Help: "Provider request duration, by outcome class.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"provider", "class"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "paygate_inflight", Help: "Jobs being handled.",
+		}, []string{"provider"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight)
+	}
+	return m
+}
+
+// Tier picks the delay tier for a wait: the smallest tier >= d, else the largest (a job whose wait is
+// longer comes back, asks again, and is deferred again). tiers must be sorted ascending and non-empty.
+func Tier(tiers []time.Duration, d time.Duration) time.Duration {
+	for _, t := range tiers {
+		if t >= d {
+			return t
+		}
+	}
+	return tiers[len(tiers)-1]
+}
+
+// TierName is a tier's name in queue and topic names: 1s, 30s, 2m, 1h, 1500ms.
+func TierName(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return itoa(int64(d/time.Hour)) + "h"
+	case d%time.Minute == 0:
+		return itoa(int64(d/time.Minute)) + "m"
+	case d%time.Second == 0:
+		return itoa(int64(d/time.Second)) + "s"
+	default:
+		return itoa(d.Milliseconds()) + "ms"
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

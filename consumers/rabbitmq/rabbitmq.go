@@ -1,0 +1,572 @@
+// Package rabbitmq is the RabbitMQ adapter of the worker core (amqp091-go).
+//
+// Topology, declared idempotently on every (re)connect; names derive from the exchange name X:
+//
+//	X                 direct exchange, durable; jobs are published with routing key = provider
+//	X.<provider>      quorum queue bound by the provider's name; poison messages redelivered more than
+//	                  50 times are dead-lettered to X.dead by RabbitMQ itself (x-delivery-limit)
+//	X.delay.<tier>    fanout exchange and quorum queue with x-message-ttl = tier, dead-lettering back to X
+//	                  at least once, keeping the provider routing key
+//	X.dead            quorum queue of dead letters, with x-paygate-* headers saying why
+//
+// Consuming and publishing use separate connections, each kept alive by a supervisor that redials with
+// backoff and jitter. A delivery is settled on the channel it came from; if that channel died, the
+// message is redelivered and the gate's duplicate admission and the idempotency key absorb it.
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/consumers"
+)
+
+// Headers paygate sets.
+const (
+	HeaderAttempt   = "x-paygate-attempt"    // transient failures so far
+	HeaderFirstSeen = "x-paygate-first-seen" // unix ms when paygate first received the job
+	HeaderReason    = "x-paygate-reason"     // dead letters: invalid, permanent, attempts-exhausted, deferral-age
+	HeaderError     = "x-paygate-error"      // the last error, at most 1 KiB
+	HeaderNotBefore = "x-paygate-not-before" // unix ms before which a deferred job should not be dispatched
+	headerPublishID = "x-paygate-publish-id" // correlates a basic.return with its publish
+	deliveryLimit   = 50
+)
+
+// Options configure the adapter.
+type Options struct {
+	URL        string
+	Exchange   string
+	Prefetch   int
+	Providers  []string
+	DelayTiers []time.Duration // ascending
+	Log        *zap.Logger
+}
+
+// Broker is the RabbitMQ adapter: consumers.Broker plus publishing.
+type Broker struct {
+	o       Options
+	consume *session
+	publish *session
+	pub     *publisher
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	channels []*amqp.Channel // consuming channels, closed by Close (after in-flight deliveries settled)
+}
+
+var _ consumers.Broker = (*Broker)(nil)
+
+// Open connects, declares the topology, and keeps both connections alive until Close.
+func Open(ctx context.Context, o Options) (*Broker, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if o.Prefetch < 1 {
+		o.Prefetch = 1
+	}
+	if len(o.DelayTiers) == 0 {
+		return nil, errors.New("rabbitmq: at least one delay tier is required")
+	}
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b := &Broker{o: o, cancel: cancel}
+	b.consume = newSession("consume", o.URL, o.Log, b.declare)
+	b.publish = newSession("publish", o.URL, o.Log, nil)
+	b.pub = &publisher{s: b.publish, returned: map[string]bool{}}
+	for _, s := range []*session{b.consume, b.publish} {
+		b.wg.Go(func() { s.run(life) })
+	}
+	wait, cancelWait := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelWait()
+	for _, s := range []*session{b.consume, b.publish} {
+		if _, err := s.get(wait); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("rabbitmq: connect %s: %w (last error: %v)", redact(o.URL), err, s.lastError())
+		}
+	}
+	return b, nil
+}
+
+// Close stops the supervisors and closes both connections; unacknowledged deliveries return to their
+// queues.
+func (b *Broker) Close() error {
+	b.cancel()
+	b.mu.Lock()
+	for _, ch := range b.channels {
+		_ = ch.Close()
+	}
+	b.channels = nil
+	b.mu.Unlock()
+	b.consume.close()
+	b.publish.close()
+	b.wg.Wait()
+	return nil
+}
+
+// Ready reports whether both connections are up (for /readyz).
+func (b *Broker) Ready() error {
+	for _, s := range []*session{b.consume, b.publish} {
+		if err := s.ready(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Broker) queue(provider string) string { return b.o.Exchange + "." + provider }
+func (b *Broker) dead() string                 { return b.o.Exchange + ".dead" }
+func (b *Broker) delay(tier time.Duration) string {
+	return b.o.Exchange + ".delay." + consumers.TierName(tier)
+}
+
+// declare creates the topology; it runs on every (re)connect of the consuming connection.
+func (b *Broker) declare(conn *amqp.Connection) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	x := b.o.Exchange
+	if err := ch.ExchangeDeclare(x, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %s: %w", x, err)
+	}
+	if _, err := ch.QueueDeclare(b.dead(), true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		return fmt.Errorf("declare queue %s: %w", b.dead(), err)
+	}
+	for _, p := range b.o.Providers {
+		q := b.queue(p)
+		args := amqp.Table{
+			amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+			"x-delivery-limit":          deliveryLimit,
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": b.dead(),
+			"x-dead-letter-strategy":    "at-least-once",
+			"x-overflow":                "reject-publish",
+		}
+		if _, err := ch.QueueDeclare(q, true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare queue %s: %w", q, err)
+		}
+		if err := ch.QueueBind(q, p, x, false, nil); err != nil {
+			return fmt.Errorf("bind queue %s: %w", q, err)
+		}
+	}
+	for _, tier := range b.o.DelayTiers {
+		name := b.delay(tier)
+		if err := ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare exchange %s: %w", name, err)
+		}
+		args := amqp.Table{
+			amqp.QueueTypeArg:        amqp.QueueTypeQuorum,
+			"x-message-ttl":          tier.Milliseconds(),
+			"x-dead-letter-exchange": x, // no dead-letter routing key: the provider's routing key is kept
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		}
+		if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+			return fmt.Errorf("declare queue %s: %w", name, err)
+		}
+		if err := ch.QueueBind(name, "", name, false, nil); err != nil {
+			return fmt.Errorf("bind queue %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Consume streams provider's queue across reconnects until ctx is done; then it cancels the consumer,
+// hands over what was already delivered, and closes the stream.
+func (b *Broker) Consume(ctx context.Context, provider string) (<-chan consumers.Delivery, error) {
+	out := make(chan consumers.Delivery)
+	b.wg.Go(func() {
+		defer close(out)
+		for ctx.Err() == nil {
+			if err := b.consumeOnce(ctx, provider, out); err != nil && ctx.Err() == nil {
+				b.o.Log.Warn("consumer stopped; resuming", zap.String("queue", b.queue(provider)), zap.Error(err))
+				sleepCtx(ctx, time.Second)
+			}
+		}
+	})
+	return out, nil
+}
+
+func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- consumers.Delivery) error {
+	conn, err := b.consume.get(ctx)
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.channels = append(b.channels, ch)
+	b.mu.Unlock()
+	if err := ch.Qos(b.o.Prefetch, 0, false); err != nil {
+		return err
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancelled := ch.NotifyCancel(make(chan string, 1))
+	tag := "paygate-" + provider + "-" + randomID()
+	msgs, err := ch.ConsumeWithContext(context.WithoutCancel(ctx), b.queue(provider), tag, false, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return errors.New("delivery stream closed")
+			}
+			out <- b.wrap(m, provider)
+		case err := <-closed:
+			return fmt.Errorf("channel closed: %v", err)
+		case <-cancelled:
+			return errors.New("consumer cancelled by the broker")
+		case <-ctx.Done():
+			_ = ch.Cancel(tag, false)
+			for m := range msgs { // already delivered to us: the core requeues them
+				out <- b.wrap(m, provider)
+			}
+			return nil
+		}
+	}
+}
+
+// Publish sends a job to the exchange with routing key = provider, persistent, mandatory, and waits for
+// the broker's confirm.
+func (b *Broker) Publish(ctx context.Context, provider string, body []byte) error {
+	return b.pub.publish(ctx, b.o.Exchange, provider, amqp.Publishing{
+		ContentType: "application/json", DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Body: body,
+	})
+}
+
+// delivery is one message from a provider queue.
+type delivery struct {
+	m        amqp.Delivery
+	b        *Broker
+	provider string
+	received time.Time
+}
+
+var _ consumers.Delivery = (*delivery)(nil)
+
+func (b *Broker) wrap(m amqp.Delivery, provider string) consumers.Delivery {
+	return &delivery{m: m, b: b, provider: provider, received: time.Now()}
+}
+
+func (d *delivery) Body() []byte { return d.m.Body }
+
+func (d *delivery) Attempt() int {
+	n, _ := headerInt(d.m.Headers, HeaderAttempt)
+	return int(max(n, 0))
+}
+
+func (d *delivery) FirstSeen() time.Time {
+	if ms, ok := headerInt(d.m.Headers, HeaderFirstSeen); ok && ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	return d.received
+}
+
+func (d *delivery) Ack(context.Context) error { return d.m.Ack(false) }
+
+func (d *delivery) Requeue(context.Context) error { return d.m.Nack(false, true) }
+
+func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, why error) error {
+	tier := consumers.Tier(d.b.o.DelayTiers, after)
+	h := d.headers(attempt, why)
+	h[HeaderNotBefore] = time.Now().Add(after).UnixMilli()
+	return d.republish(ctx, d.b.delay(tier), d.provider, h)
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, attempt int, why error) error {
+	h := d.headers(attempt, why)
+	h[HeaderReason] = string(reason)
+	return d.republish(ctx, "", d.b.dead(), h)
+}
+
+// republish publishes a copy with confirms and acknowledges the original only after the confirm. If the
+// copy is not confirmed, the original is returned to its queue after a pause (an error path, not a delay
+// mechanism: the pause bounds the loop while the broker refuses publishes).
+func (d *delivery) republish(ctx context.Context, exchange, key string, h amqp.Table) error {
+	err := d.b.pub.publish(ctx, exchange, key, amqp.Publishing{
+		Headers: h, ContentType: d.m.ContentType, ContentEncoding: d.m.ContentEncoding,
+		DeliveryMode: amqp.Persistent, MessageId: d.m.MessageId, Timestamp: d.m.Timestamp, Body: d.m.Body,
+	})
+	if err != nil {
+		sleepCtx(ctx, time.Second)
+		return errors.Join(fmt.Errorf("rabbitmq: publish to %q %q: %w", exchange, key, err), d.m.Nack(false, true))
+	}
+	return d.m.Ack(false)
+}
+
+func (d *delivery) headers(attempt int, why error) amqp.Table {
+	h := amqp.Table{}
+	for k, v := range d.m.Headers {
+		if k != "x-death" && k != headerPublishID { // x-death grows with every tier pass
+			h[k] = v
+		}
+	}
+	h[HeaderAttempt] = int64(attempt)
+	h[HeaderFirstSeen] = d.FirstSeen().UnixMilli()
+	if why != nil {
+		msg := why.Error()
+		if len(msg) > 1024 {
+			msg = msg[:1024]
+		}
+		h[HeaderError] = msg
+	}
+	return h
+}
+
+func headerInt(h amqp.Table, key string) (int64, bool) {
+	switch v := h[key].(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int8:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case float64:
+		if v == math.Trunc(v) {
+			return int64(v), true
+		}
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// publisher publishes on a confirm-mode channel of the publishing connection, reopened as needed.
+type publisher struct {
+	s        *session
+	mu       sync.Mutex
+	ch       *amqp.Channel
+	retMu    sync.Mutex
+	returned map[string]bool
+}
+
+func (p *publisher) channel(ctx context.Context) (*amqp.Channel, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil && !p.ch.IsClosed() {
+		return p.ch, nil
+	}
+	conn, err := p.s.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		ch.Close()
+		return nil, err
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
+	go func() {
+		for r := range returns {
+			if id, ok := r.Headers[headerPublishID].(string); ok {
+				p.retMu.Lock()
+				p.returned[id] = true
+				p.retMu.Unlock()
+			}
+		}
+	}()
+	p.ch = ch
+	return ch, nil
+}
+
+func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	ch, err := p.channel(ctx)
+	if err != nil {
+		return err
+	}
+	id := randomID()
+	if msg.Headers == nil {
+		msg.Headers = amqp.Table{}
+	}
+	msg.Headers[headerPublishID] = id
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	if err != nil {
+		return err
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("broker refused the message (nack)")
+	}
+	// A mandatory message that no queue took comes back (basic.return) before its ack.
+	p.retMu.Lock()
+	returned := p.returned[id]
+	delete(p.returned, id)
+	p.retMu.Unlock()
+	if returned {
+		return fmt.Errorf("no queue is bound for routing key %q on %q", key, exchange)
+	}
+	return nil
+}
+
+// session keeps one AMQP connection alive: it dials, runs onConnect (topology), and redials with
+// exponential backoff and full jitter when the connection closes.
+type session struct {
+	name      string
+	url       string
+	log       *zap.Logger
+	onConnect func(*amqp.Connection) error
+
+	mu      sync.Mutex
+	conn    *amqp.Connection
+	up      chan struct{} // closed while conn is usable
+	lastErr error
+	blocked bool
+}
+
+func newSession(name, url string, log *zap.Logger, onConnect func(*amqp.Connection) error) *session {
+	return &session{name: name, url: url, log: log, onConnect: onConnect, up: make(chan struct{})}
+}
+
+func (s *session) run(ctx context.Context) {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		conn, err := amqp.DialConfig(s.url, amqp.Config{
+			Heartbeat:  10 * time.Second,
+			Properties: amqp.Table{"connection_name": "paygate-" + s.name},
+		})
+		if err == nil && s.onConnect != nil {
+			if err = s.onConnect(conn); err != nil {
+				conn.Close()
+			}
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.lastErr = err
+			s.mu.Unlock()
+			wait := time.Duration(mrand.Int64N(int64(min(30*time.Second, 100*time.Millisecond<<min(attempt, 9))) + 1))
+			if attempt > 0 {
+				s.log.Warn("rabbitmq connection failed; retrying", zap.String("connection", s.name), zap.Error(err), zap.Duration("in", wait))
+			}
+			sleepCtx(ctx, wait)
+			continue
+		}
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+		s.mu.Lock()
+		s.conn, s.lastErr, s.blocked = conn, nil, false
+		close(s.up)
+		s.mu.Unlock()
+		if attempt > 0 {
+			s.log.Info("rabbitmq reconnected", zap.String("connection", s.name))
+		}
+		attempt = -1
+	watch:
+		for {
+			select {
+			case b := <-blocked:
+				s.mu.Lock()
+				s.blocked = b.Active
+				s.mu.Unlock()
+				s.log.Warn("rabbitmq flow control", zap.String("connection", s.name), zap.Bool("blocked", b.Active), zap.String("reason", b.Reason))
+			case err := <-closed:
+				s.mu.Lock()
+				s.up = make(chan struct{})
+				s.conn, s.lastErr = nil, fmt.Errorf("connection closed: %v", err)
+				s.mu.Unlock()
+				if ctx.Err() == nil {
+					s.log.Warn("rabbitmq connection lost; reconnecting", zap.String("connection", s.name), zap.Any("error", err))
+				}
+				break watch
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// get waits for a usable connection.
+func (s *session) get(ctx context.Context) (*amqp.Connection, error) {
+	for {
+		s.mu.Lock()
+		conn, up := s.conn, s.up
+		s.mu.Unlock()
+		if conn != nil && !conn.IsClosed() {
+			return conn, nil
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (s *session) ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.conn == nil || s.conn.IsClosed():
+		return fmt.Errorf("rabbitmq %s connection down: %v", s.name, s.lastErr)
+	case s.blocked:
+		return fmt.Errorf("rabbitmq %s connection blocked by flow control", s.name)
+	}
+	return nil
+}
+
+func (s *session) lastError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastErr
+}
+
+func (s *session) close() {
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil {
+		_ = conn.Close()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// redact hides the password of an AMQP URL for error messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable AMQP URL)"
+	}
+	return u.Redacted()
+}

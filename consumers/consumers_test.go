@@ -1,0 +1,312 @@
+package consumers_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/memory"
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/providers"
+)
+
+func redisAddr() string {
+	if a := os.Getenv("PAYGATE_TEST_REDIS"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+func prefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "ctest-" + hex.EncodeToString(b[:])
+}
+
+// harness is a worker over an in-memory broker, the real gate on real Redis, and httptest providers.
+type harness struct {
+	t      *testing.T
+	broker *memory.Broker
+	gate   *gate.Limiter
+	worker *consumers.Worker
+	calls  map[string]*atomic.Int64
+}
+
+type provider struct {
+	name    string
+	limits  []gate.Policy
+	handler http.HandlerFunc
+}
+
+func newHarness(t *testing.T, rdb redis.UniversalClient, cfg consumers.Config, ps ...provider) *harness {
+	t.Helper()
+	h := &harness{t: t, calls: map[string]*atomic.Int64{}}
+	policies := map[string][]gate.Policy{}
+	dispatch := map[string]consumers.Dispatcher{}
+	cfg.Providers = map[string]int64{}
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.name)
+		policies[p.name] = p.limits
+		cfg.Providers[p.name] = p.limits[0].Limit
+		calls := &atomic.Int64{}
+		h.calls[p.name] = calls
+		handler := p.handler
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			handler(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		cl, err := providers.New(p.name, config.Provider{URL: srv.URL, Timeout: 2 * time.Second, RetryAfterDefault: time.Second, RetryAfterMax: time.Hour}, providers.Options{Concurrency: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dispatch[p.name] = cl
+	}
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix(), Providers: policies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.gate = l
+	h.broker = memory.New(1000, names...)
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 8
+	}
+	if cfg.MaxDeferralAge == 0 {
+		cfg.MaxDeferralAge = 24 * time.Hour
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 5 * time.Second
+	}
+	h.worker, err = consumers.New(cfg, l, dispatch, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func status(code int, retryAfter string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(code)
+		fmt.Fprint(w, `{"error":"as configured"}`)
+	}
+}
+
+func body(id, provider string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"provider":%q,"amount":1250,"currency":"EUR"}`, id, provider)
+}
+
+// handleOne feeds one delivery through the core and returns how it was settled.
+func (h *harness) handleOne(provider string, publish func() error) memory.Settled {
+	h.t.Helper()
+	if err := publish(); err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := h.broker.Consume(ctx, provider)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	d := <-ch
+	cancel()
+	h.worker.Handle(context.Background(), provider, d)
+	s := h.broker.Settled()
+	if len(s) == 0 {
+		h.t.Fatal("not settled")
+	}
+	return s[len(s)-1]
+}
+
+func TestOutcomes(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { rdb.Close(); dead.Close() }) // after the parallel subtests
+	roomy := []gate.Policy{{Limit: 100, Window: time.Second}}
+	tests := []struct {
+		name       string
+		rdb        redis.UniversalClient
+		limits     []gate.Policy
+		handler    http.HandlerFunc
+		body       []byte
+		attempt    int
+		firstSeen  time.Duration // ago
+		preconsume int           // jobs admitted at the gate first
+		want       memory.Settled
+		wantCalls  int64
+		wantInWhy  string
+	}{
+		{name: "accepted", handler: status(200, ""), want: memory.Settled{Kind: "ack"}, wantCalls: 1},
+		{name: "not JSON", body: []byte("hello"), want: memory.Settled{Kind: "dead", Reason: consumers.ReasonInvalid}, wantInWhy: "body is not JSON"},
+		{name: "bad amount", body: []byte(`{"id":"x","provider":"acme","amount":-1,"currency":"EUR"}`), want: memory.Settled{Kind: "dead", Reason: consumers.ReasonInvalid}, wantInWhy: "amount: must be > 0"},
+		{name: "wrong queue", body: body("x", "other"), want: memory.Settled{Kind: "dead", Reason: consumers.ReasonInvalid}, wantInWhy: `provider: "other" is not configured`},
+		{name: "permanent", handler: status(422, ""), want: memory.Settled{Kind: "dead", Reason: consumers.ReasonPermanent, Attempt: 1}, wantCalls: 1, wantInWhy: "422"},
+		{name: "transient", handler: status(500, ""), want: memory.Settled{Kind: "defer", Attempt: 1}, wantCalls: 1, wantInWhy: "500"},
+		{name: "transient, attempts exhausted", handler: status(503, ""), attempt: 7, want: memory.Settled{Kind: "dead", Reason: consumers.ReasonExhausted, Attempt: 8}, wantCalls: 1},
+		{name: "throttled", handler: status(429, "2"), attempt: 3, want: memory.Settled{Kind: "defer", Attempt: 3, After: 2 * time.Second}, wantCalls: 1, wantInWhy: "throttled"},
+		{name: "too old", handler: status(200, ""), firstSeen: 25 * time.Hour, want: memory.Settled{Kind: "dead", Reason: consumers.ReasonDeferralAge}, wantInWhy: "max_deferral_age"},
+		{name: "gate denies", handler: status(200, ""), limits: []gate.Policy{{Limit: 1, Window: time.Hour}}, preconsume: 1, want: memory.Settled{Kind: "defer"}, wantInWhy: "no slot within"},
+		{name: "redis down: fail closed", rdb: dead, handler: status(200, ""), want: memory.Settled{Kind: "defer", After: time.Second}, wantInWhy: "dial tcp 127.0.0.1:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := tt.rdb
+			if r == nil {
+				r = rdb
+			}
+			limits := tt.limits
+			if limits == nil {
+				limits = roomy
+			}
+			handler := tt.handler
+			if handler == nil {
+				handler = status(200, "")
+			}
+			h := newHarness(t, r, consumers.Config{MaxInlineWait: time.Second, BackoffBase: time.Second, BackoffMax: time.Minute, RedisRetry: time.Second},
+				provider{name: "acme", limits: limits, handler: handler})
+			for i := range tt.preconsume {
+				if _, err := h.gate.Allow(context.Background(), "acme", fmt.Sprint("pre-", i), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b := tt.body
+			if b == nil {
+				b = body("pay-1", "acme")
+			}
+			got := h.handleOne("acme", func() error {
+				return h.broker.PublishAged("acme", b, tt.attempt, time.Now().Add(-tt.firstSeen))
+			})
+			if got.Kind != tt.want.Kind || got.Reason != tt.want.Reason || got.Attempt != tt.want.Attempt ||
+				(tt.want.After > 0 && got.After != tt.want.After) {
+				t.Fatalf("settled %+v, want %+v", got, tt.want)
+			}
+			if tt.wantInWhy != "" && (got.Why == nil || !strings.Contains(got.Why.Error(), tt.wantInWhy)) {
+				t.Fatalf("why %v, want it to mention %q", got.Why, tt.wantInWhy)
+			}
+			if n := h.calls["acme"].Load(); n != tt.wantCalls {
+				t.Fatalf("provider called %d times, want %d", n, tt.wantCalls)
+			}
+			if got.Kind == "defer" && tt.want.Attempt == 1 && (got.After <= 0 || got.After > time.Second) {
+				t.Fatalf("first transient retry after %v, want (0, 1s] (full jitter under the base)", got.After)
+			}
+		})
+	}
+}
+
+// A 429 pauses the provider for every worker: the gate holds the next decision until the pause ends.
+func TestThrottlePausesTheCluster(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 100, Window: time.Second}}, handler: status(429, "3")})
+	h.handleOne("acme", func() error { return h.broker.Publish(context.Background(), "acme", body("a", "acme")) })
+	v, err := h.gate.Allow(context.Background(), "acme", "someone-else", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Allowed || !v.Paused || v.RetryAfter < 2*time.Second {
+		t.Fatalf("another worker's decision after the 429: %+v, want paused ~3s", v)
+	}
+}
+
+// A throttled provider never starves another: A at 1/s with a backlog, B unlimited; B's jobs all flow
+// while A's trickle.
+func TestNoHeadOfLineBlocking(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 5 * time.Second, Concurrency: 4},
+		provider{name: "slow", limits: []gate.Policy{{Limit: 1, Window: time.Second}}, handler: status(200, "")},
+		provider{name: "fast", limits: []gate.Policy{{Limit: 100000, Window: time.Second}}, handler: status(200, "")})
+	ctx := context.Background()
+	for i := range 30 {
+		_ = h.broker.Publish(ctx, "slow", body(fmt.Sprint("s", i), "slow"))
+	}
+	for i := range 200 {
+		_ = h.broker.Publish(ctx, "fast", body(fmt.Sprint("f", i), "fast"))
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- h.worker.Run(runCtx, h.broker) }()
+	for h.calls["fast"].Load() < 200 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	slowDone := h.calls["slow"].Load()
+	stop()
+	<-done
+	if slowDone > 10 {
+		t.Fatalf("slow provider took %d jobs while fast took 200: the test did not overload it", slowDone)
+	}
+	acked := map[string]int{}
+	for _, s := range h.broker.Settled() {
+		if s.Kind == "ack" {
+			acked[s.Provider]++
+		}
+	}
+	if acked["fast"] != 200 {
+		t.Fatalf("fast acked %d of 200", acked["fast"])
+	}
+}
+
+// SIGTERM with jobs in flight: each one settles or returns to the queue; nothing is lost.
+func TestShutdownSettlesOrRequeues(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	var started sync.WaitGroup
+	started.Add(2)
+	var once [2]sync.Once
+	var n atomic.Int64
+	slowOK := func(w http.ResponseWriter, r *http.Request) {
+		if i := n.Add(1); i <= 2 {
+			once[i-1].Do(started.Done)
+		}
+		time.Sleep(300 * time.Millisecond)
+		w.WriteHeader(200)
+	}
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, Concurrency: 2, ShutdownTimeout: 5 * time.Second},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 1000, Window: time.Second}}, handler: slowOK})
+	ctx, stop := context.WithCancel(context.Background())
+	const jobs = 10
+	for i := range jobs {
+		_ = h.broker.Publish(ctx, "acme", body(fmt.Sprint("j", i), "acme"))
+	}
+	done := make(chan error)
+	go func() { done <- h.worker.Run(ctx, h.broker) }()
+	started.Wait() // two jobs are at the provider
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	acked, requeued := 0, 0
+	for _, s := range h.broker.Settled() {
+		switch s.Kind {
+		case "ack":
+			acked++
+		case "requeue":
+			requeued++
+		default:
+			t.Fatalf("unexpected settlement %+v", s)
+		}
+	}
+	if acked < 2 || acked+h.broker.Pending("acme") != jobs {
+		t.Fatalf("acked %d, requeued %d, pending %d of %d: a job went missing", acked, requeued, h.broker.Pending("acme"), jobs)
+	}
+}

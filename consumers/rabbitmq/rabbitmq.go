@@ -23,6 +23,7 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -82,8 +83,8 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	}
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b := &Broker{o: o, cancel: cancel}
-	b.consume = newSession("consume", o.URL, o.Log, b.declare)
-	b.publish = newSession("publish", o.URL, o.Log, nil)
+	b.consume = newSession("consume "+o.Exchange, o.URL, o.Log, b.declare)
+	b.publish = newSession("publish "+o.Exchange, o.URL, o.Log, nil)
 	b.pub = &publisher{s: b.publish, returned: map[string]bool{}}
 	for _, s := range []*session{b.consume, b.publish} {
 		b.wg.Go(func() { s.run(life) })
@@ -210,6 +211,7 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 		return err
 	}
 	b.mu.Lock()
+	b.channels = slices.DeleteFunc(b.channels, (*amqp.Channel).IsClosed)
 	b.channels = append(b.channels, ch)
 	b.mu.Unlock()
 	if err := ch.Qos(b.o.Prefetch, 0, false); err != nil {

@@ -135,6 +135,18 @@ func New(o Options) (*Provider, error) {
 	return p, nil
 }
 
+// AcceptedKeys returns the idempotency keys the provider accepted (charged), each once.
+func (p *Provider) AcceptedKeys() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keys := make([]string, 0, len(p.keys))
+	for k := range p.keys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // Stats returns a copy of the counters.
 func (p *Provider) Stats() Stats {
 	p.mu.Lock()

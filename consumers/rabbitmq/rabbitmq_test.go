@@ -1,0 +1,220 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/rabbitmq"
+)
+
+func amqpURL() string {
+	if u := os.Getenv("PAYGATE_TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// open connects an adapter on a fresh exchange, so tests never share queues.
+func open(t *testing.T, tiers ...time.Duration) (*rabbitmq.Broker, string) {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	x := "test-" + hex.EncodeToString(b[:])
+	if len(tiers) == 0 {
+		tiers = []time.Duration{200 * time.Millisecond, 2 * time.Second}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	br, err := rabbitmq.Open(ctx, rabbitmq.Options{URL: amqpURL(), Exchange: x, Prefetch: 4, Providers: []string{"acme"}, DelayTiers: tiers})
+	if err != nil {
+		t.Fatalf("rabbitmq unreachable (%v): run scripts/services.sh up", err)
+	}
+	t.Cleanup(func() {
+		br.Close()
+		deleteTopology(x, tiers)
+	})
+	return br, x
+}
+
+func deleteTopology(x string, tiers []time.Duration) {
+	conn, err := amqp.Dial(amqpURL())
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	names := []string{x + ".acme", x + ".dead"}
+	for _, t := range tiers {
+		names = append(names, x+".delay."+consumers.TierName(t))
+		_ = ch.ExchangeDelete(x+".delay."+consumers.TierName(t), false, false)
+	}
+	for _, q := range names {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	_ = ch.ExchangeDelete(x, false, false)
+}
+
+func next(t *testing.T, ch <-chan consumers.Delivery, within time.Duration) consumers.Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-ch:
+		if !ok {
+			t.Fatal("stream closed")
+		}
+		return d
+	case <-time.After(within):
+		t.Fatalf("no delivery within %v", within)
+		return nil
+	}
+}
+
+// A deferred job leaves its queue only once the delay tier confirmed the copy, and comes back to the
+// provider's queue after the tier's TTL, carrying its attempt and first-seen time.
+func TestDeferThroughDelayTier(t *testing.T) {
+	br, _ := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := br.Consume(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Publish(ctx, "acme", []byte(`{"id":"j1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	d := next(t, stream, 5*time.Second)
+	first := d.FirstSeen()
+	if d.Attempt() != 0 || string(d.Body()) != `{"id":"j1"}` {
+		t.Fatalf("first delivery: attempt %d body %s", d.Attempt(), d.Body())
+	}
+	sent := time.Now()
+	if err := d.Defer(ctx, 150*time.Millisecond, 2, errors.New("provider said 503")); err != nil {
+		t.Fatal(err)
+	}
+	again := next(t, stream, 10*time.Second)
+	if waited := time.Since(sent); waited < 150*time.Millisecond {
+		t.Fatalf("came back after %v, before the 200ms tier's TTL", waited)
+	}
+	if again.Attempt() != 2 || !again.FirstSeen().Equal(first.Truncate(time.Millisecond)) || string(again.Body()) != `{"id":"j1"}` {
+		t.Fatalf("redelivery: attempt %d first seen %v (want %v) body %s", again.Attempt(), again.FirstSeen(), first, again.Body())
+	}
+	if err := again.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A dead letter lands in X.dead with headers saying why.
+func TestDeadLetterHeaders(t *testing.T) {
+	br, x := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, _ := br.Consume(ctx, "acme")
+	if err := br.Publish(ctx, "acme", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	d := next(t, stream, 5*time.Second)
+	if err := d.DeadLetter(ctx, consumers.ReasonInvalid, 0, errors.New("body is not JSON")); err != nil {
+		t.Fatal(err)
+	}
+	m := getOne(t, x+".dead")
+	if m.Headers[rabbitmq.HeaderReason] != "invalid" || m.Headers[rabbitmq.HeaderError] != "body is not JSON" ||
+		m.Headers[rabbitmq.HeaderAttempt] != int64(0) || m.Headers[rabbitmq.HeaderFirstSeen] == nil || string(m.Body) != "not json" {
+		t.Fatalf("dead letter %q headers %v", m.Body, m.Headers)
+	}
+}
+
+func getOne(t *testing.T, queue string) amqp.Delivery {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		m, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return m
+		}
+	}
+	t.Fatalf("nothing in %s", queue)
+	return amqp.Delivery{}
+}
+
+// The server closes the consuming connection (as rabbitmqctl close_all_connections would): the adapter
+// reconnects, redeclares and resumes; the unacknowledged delivery is redelivered, and acking it on the
+// dead channel fails rather than touching the new one.
+func TestReconnectAfterServerClose(t *testing.T) {
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Fatal("rabbitmqctl not found: run scripts/services.sh up")
+	}
+	br, x := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, _ := br.Consume(ctx, "acme")
+	if err := br.Publish(ctx, "acme", []byte(`{"id":"r1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	d := next(t, stream, 5*time.Second)
+	closeConnections(t, "paygate-consume "+x)
+	if err := d.Ack(ctx); err == nil {
+		t.Fatal("ack on a closed channel succeeded")
+	}
+	again := next(t, stream, 30*time.Second) // redelivered on the new connection
+	if string(again.Body()) != `{"id":"r1"}` {
+		t.Fatalf("redelivery %s", again.Body())
+	}
+	if err := again.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Publish(ctx, "acme", []byte(`{"id":"r2"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if d := next(t, stream, 10*time.Second); string(d.Body()) != `{"id":"r2"}` {
+		t.Fatalf("after reconnect %s", d.Body())
+	}
+	if err := br.Ready(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// closeConnections closes, from the server side, the connections with the given connection_name.
+func closeConnections(t *testing.T, name string) {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").CombinedOutput()
+	if err != nil {
+		t.Fatalf("list_connections: %v %s", err, out)
+	}
+	closed := 0
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if !strings.Contains(line, `"`+name+`"`) {
+			continue
+		}
+		pid := strings.Fields(line)[0]
+		if out, err := exec.Command("rabbitmqctl", "-q", "close_connection", pid, "test: cut").CombinedOutput(); err != nil {
+			t.Fatalf("close_connection: %v %s", err, out)
+		}
+		closed++
+	}
+	if closed == 0 {
+		t.Fatalf("no connection named %q:\n%s", name, out)
+	}
+}

@@ -169,7 +169,7 @@ var defaults = map[string]any{
 	"redis.db":                  0,
 	"redis.tls":                 false,
 	"redis.key_prefix":          "paygate",
-	"gate.margin":               "5ms",
+	"gate.margin":               "10ms",
 	"broker.kind":               "rabbitmq",
 	"broker.rabbitmq.url_env":   "PAYGATE_AMQP_URL",
 	"broker.rabbitmq.exchange":  "payments",

@@ -28,7 +28,7 @@ func TestLoadValid(t *testing.T) {
 		t.Fatalf("two addrs: mode %s, want cluster", c.Redis.Mode())
 	}
 	// Defaults fill what the file leaves out.
-	if c.Worker.MaxInlineWait != 5*time.Second || c.Gate.Margin != 5*time.Millisecond ||
+	if c.Worker.MaxInlineWait != 5*time.Second || c.Gate.Margin != 10*time.Millisecond ||
 		c.Broker.RabbitMQ.Exchange != "payments" || c.Redis.KeyPrefix != "paygate" ||
 		!reflect.DeepEqual(c.Worker.DelayTiers, []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}) {
 		t.Fatalf("defaults not applied: %+v", c)

@@ -71,6 +71,7 @@ const (
 // Gate is the budget, shared by every worker (gate.Limiter).
 type Gate interface {
 	Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
+	Release(ctx context.Context, provider, jobID string, cost int64) error
 	Pause(ctx context.Context, provider string, until time.Time) error
 }
 
@@ -89,6 +90,9 @@ type Config struct {
 	BackoffBase     time.Duration // first transient retry waits up to this (full jitter), doubling
 	BackoffMax      time.Duration
 	RedisRetry      time.Duration // deferral when the gate cannot answer
+	// LateLimit: a job that wakes more than this after its slot gives the slot back and reserves again
+	// (0: never). Half the gate's margin leaves the other half for the trip to the provider.
+	LateLimit time.Duration
 	// Providers maps each provider to the largest cost a job may have there (its smallest limit).
 	Providers map[string]int64
 }
@@ -198,34 +202,38 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
 	}
-	v, err := w.gate.Reserve(ctx, provider, j.ID, j.Cost, w.cfg.MaxInlineWait)
-	switch {
-	case err != nil && errors.Is(err, gate.ErrInvalid):
-		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
-		s.deadLetter(ctx, ReasonInvalid, "invalid", err)
-		return
-	case err != nil:
-		// Fail closed: without the gate nothing is dispatched.
-		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
-		w.redisLog.warn(w.log, "gate unreachable: deferring jobs", zap.String("provider", provider), zap.Error(err))
-		s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
-		return
-	case !v.Allowed:
-		w.metrics.decisions.WithLabelValues(provider, "denied").Inc()
-		s.deferFor(ctx, v.RetryAfter, "deferred", fmt.Errorf("gate: no slot within %s (policy %s)", w.cfg.MaxInlineWait, v.Limit))
-		return
-	case v.Duplicate:
-		w.metrics.decisions.WithLabelValues(provider, "duplicate").Inc()
-	case v.Delay > 0:
-		w.metrics.decisions.WithLabelValues(provider, "reserved").Inc()
-	default:
-		w.metrics.decisions.WithLabelValues(provider, "allowed").Inc()
-	}
-	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
-	s.waited = v.Delay
-	if !sleep(ctx, v.Delay) {
-		s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
-		return
+	var v gate.Verdict
+	for try := 1; ; try++ {
+		var err error
+		asked := time.Now()
+		v, err = w.gate.Reserve(ctx, provider, j.ID, j.Cost, w.cfg.MaxInlineWait)
+		if !w.admitted(ctx, &s, v, err) {
+			return
+		}
+		// Redis chose the slot at its "now", somewhere between asking and the answer: sleeping Delay from
+		// the answer is never early, and lateness counts from the earliest the slot can be, so a slow
+		// round trip to Redis counts as lateness too.
+		slot := asked.Add(v.Delay)
+		if !sleep(ctx, v.Delay) {
+			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
+			return
+		}
+		s.late = time.Since(slot)
+		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
+		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit {
+			break
+		}
+		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
+		// one window later. Give the slot back and ask again, so the log records what the provider sees.
+		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
+		if err := w.gate.Release(ctx, provider, j.ID, j.Cost); err != nil {
+			s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
+			return
+		}
+		if try == maxLateTries {
+			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after the slot %d times (limit %s)", s.late, try, w.cfg.LateLimit))
+			return
+		}
 	}
 	if wait := w.pausedFor(provider); wait > 0 {
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
@@ -255,6 +263,39 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 }
 
+// maxLateTries bounds how often a job that keeps waking late re-reserves before it is deferred.
+const maxLateTries = 3
+
+// admitted reads the gate's answer: true means the job holds a slot; otherwise the delivery is settled.
+func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, err error) bool {
+	provider := s.provider
+	switch {
+	case err != nil && errors.Is(err, gate.ErrInvalid):
+		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		s.deadLetter(ctx, ReasonInvalid, "invalid", err)
+		return false
+	case err != nil:
+		// Fail closed: without the gate nothing is dispatched.
+		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		w.redisLog.warn(w.log, "gate unreachable: deferring jobs", zap.String("provider", provider), zap.Error(err))
+		s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
+		return false
+	case !v.Allowed:
+		w.metrics.decisions.WithLabelValues(provider, "denied").Inc()
+		s.deferFor(ctx, v.RetryAfter, "deferred", fmt.Errorf("gate: no slot within %s (policy %s)", w.cfg.MaxInlineWait, v.Limit))
+		return false
+	case v.Duplicate:
+		w.metrics.decisions.WithLabelValues(provider, "duplicate").Inc()
+	case v.Delay > 0:
+		w.metrics.decisions.WithLabelValues(provider, "reserved").Inc()
+	default:
+		w.metrics.decisions.WithLabelValues(provider, "allowed").Inc()
+	}
+	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
+	s.waited += v.Delay
+	return true
+}
+
 // pause tells the whole cluster (through the gate) and this process to hold the provider.
 func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
 	until := w.now().Add(d)
@@ -282,6 +323,7 @@ type settlement struct {
 	job      *job.Job
 	attempt  int
 	waited   time.Duration
+	late     time.Duration // dispatch start after the slot
 }
 
 // settleCtx outlives a shutdown's cancellation briefly, so that a finished job is still settled.
@@ -319,6 +361,7 @@ func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Fie
 		zap.String("provider", s.provider),
 		zap.String("outcome", outcome),
 		zap.Duration("waited", s.waited),
+		zap.Duration("late", s.late),
 		zap.Int("attempt", s.attempt),
 	}, extra...)
 	if s.job != nil {

@@ -14,6 +14,7 @@ type Metrics struct {
 	decisions *prometheus.CounterVec   // paygate_gate_decisions_total{provider,decision}
 	dispatch  *prometheus.HistogramVec // paygate_dispatch_duration_seconds{provider,class}
 	inflight  *prometheus.GaugeVec     // paygate_inflight{provider}
+	lateness  *prometheus.HistogramVec // paygate_dispatch_lateness_seconds{provider}
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not registered, for tests).
@@ -36,9 +37,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "paygate_inflight", Help: "Jobs being handled.",
 		}, []string{"provider"}),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "paygate_dispatch_lateness_seconds",
+			Help:    "How long after its reserved slot a job's request started; keep it under gate.margin.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, 1},
+		}, []string{"provider"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight)
+		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness)
 	}
 	return m
 }

@@ -33,9 +33,10 @@ const (
 )
 
 var (
-	slidingLog   = redis.NewScript(lua.SlidingLog)
-	pauseScript  = redis.NewScript(lua.Pause)
-	statusScript = redis.NewScript(lua.Status)
+	slidingLog    = redis.NewScript(lua.SlidingLog)
+	pauseScript   = redis.NewScript(lua.Pause)
+	releaseScript = redis.NewScript(lua.Release)
+	statusScript  = redis.NewScript(lua.Status)
 
 	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 )
@@ -254,6 +255,23 @@ func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Tim
 	}
 	if err := pauseScript.Run(ctx, l.rdb, p.keys[1:2], micros(min(d, MaxHorizon))).Err(); err != nil {
 		return fmt.Errorf("gate: pause %s: %w", providerName, err)
+	}
+	return nil
+}
+
+// Release gives back a job's admission: its units leave the log and are free for later decisions. A
+// worker that woke too late to use its slot releases it and reserves again, so that what the log records
+// is what the provider sees. Releasing a job that is not in the log does nothing.
+func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64) error {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return err
+	}
+	if cost < 1 || cost > p.minLimit {
+		return invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
+	}
+	if err := releaseScript.Run(ctx, l.rdb, p.keys[:1], jobID, cost).Err(); err != nil {
+		return fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
 	}
 	return nil
 }

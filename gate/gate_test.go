@@ -644,3 +644,30 @@ func TestDuplicateRespectsPauseAndMaxWait(t *testing.T) {
 		}
 	})
 }
+
+// Release gives a job's units back: the next decision sees the room, and a release of an unknown job is a
+// no-op.
+func TestRelease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newLimiter(t, rdb, 0, pol(3, time.Hour))
+		mustReserve(t, l, "a", 2, 0)
+		mustReserve(t, l, "b", 1, 0)
+		if v := mustReserve(t, l, "c", 1, 0); v.Allowed {
+			t.Fatalf("full window admitted c: %+v", v)
+		}
+		if err := l.Release(ctx, prov, "a", 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx, prov, "never-admitted", 1); err != nil {
+			t.Fatal(err)
+		}
+		log := readLog(t, rdb, l)
+		if len(log) != 1 || log[0].id != "b" {
+			t.Fatalf("log after release %v", log)
+		}
+		if v := mustReserve(t, l, "c", 2, 0); !v.Allowed || v.Remaining != 0 {
+			t.Fatalf("after release: %+v", v)
+		}
+	})
+}

@@ -14,6 +14,11 @@ var SlidingLog string
 //go:embed pause.lua
 var Pause string
 
+// Release gives back a job's admission.
+//
+//go:embed release.lua
+var Release string
+
 // Status reports one provider's use of each policy without changing anything.
 //
 //go:embed status.lua

@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,6 +107,7 @@ func OutcomeOf(err error) Outcome {
 
 // Client dispatches to one provider. It is safe for concurrent use.
 type Client struct {
+	spares     *spareDialer
 	name       string
 	url        string
 	method     string
@@ -143,9 +145,14 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		}
 	}
 	conc := max(o.Concurrency, 1)
+	u, err := url.Parse(c.URL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("providers: %s: url %q is not absolute", name, c.URL)
+	}
+	spares := newSpareDialer(&net.Dialer{Timeout: min(c.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}, min(conc, 4), 20*time.Second)
 	transport := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: min(c.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           spares.DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          2 * conc,
 		MaxIdleConnsPerHost:   2 * conc,
@@ -159,6 +166,7 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		headers.Set(k, v)
 	}
 	cl := &Client{
+		spares:     spares,
 		name:       name,
 		url:        c.URL,
 		method:     c.Method,
@@ -192,6 +200,9 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 	if cl.now == nil {
 		cl.now = time.Now
 	}
+	if proxy, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err == nil && proxy == nil {
+		spares.Warm("tcp", hostPort(u)) // through a proxy, the transport dials the proxy instead
+	}
 	return cl, nil
 }
 
@@ -201,8 +212,22 @@ func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastR
 // Name is the provider's name.
 func (c *Client) Name() string { return c.name }
 
-// Close releases idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+// Close releases idle and spare connections.
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+	c.spares.Close()
+}
+
+// hostPort is the address a URL dials.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
+}
 
 // Dispatch sends the payment once and classifies the answer (see the package documentation). The
 // request is bounded by the provider's timeout and by ctx.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -366,7 +367,7 @@ func TestSecretNeverLeaks(t *testing.T) {
 // connections, and later bursts reuse them.
 func TestConnectionPooling(t *testing.T) {
 	var mu sync.Mutex
-	opened := 0
+	var opened int
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(5 * time.Millisecond)
 	}))
@@ -381,21 +382,28 @@ func TestConnectionPooling(t *testing.T) {
 	defer srv.Close()
 	const conc = 16
 	cl := newClient(t, providerConfig(srv.URL), providers.Options{Concurrency: conc})
-	for range 5 {
+	openedNow := func() int { mu.Lock(); defer mu.Unlock(); return opened }
+	var afterFirst int
+	for burst := range 5 {
 		var wg sync.WaitGroup
 		for i := range conc {
 			wg.Go(func() {
-				if err := cl.Dispatch(context.Background(), payment(string(rune('a'+i)))); err != nil {
+				if err := cl.Dispatch(context.Background(), payment(fmt.Sprint(burst, "-", i))); err != nil {
 					t.Error(err)
 				}
 			})
 		}
 		wg.Wait()
+		if burst == 0 {
+			time.Sleep(50 * time.Millisecond) // let spare refills land
+			afterFirst = openedNow()
+		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if opened > conc {
-		t.Fatalf("%d connections for %d requests at concurrency %d: keep-alive not reused", opened, 5*conc, conc)
+	if afterFirst > conc+4 {
+		t.Fatalf("%d connections for %d concurrent requests (plus 4 spares)", afterFirst, conc)
+	}
+	if n := openedNow(); n != afterFirst {
+		t.Fatalf("later bursts opened %d more connections: keep-alive not reused", n-afterFirst)
 	}
 }
 
@@ -416,6 +424,53 @@ func TestBackoff(t *testing.T) {
 		}
 		if len(seen) < 100 {
 			t.Fatalf("attempt %d: only %d distinct delays in 200: not jittered", attempt, len(seen))
+		}
+	}
+}
+
+// Spare connections are dialed before the first request, so it does not pay a dial at its slot; and a
+// spare the server closed meanwhile costs a retry, not a failed payment.
+func TestSpareConnections(t *testing.T) {
+	var mu sync.Mutex
+	var states []http.ConnState
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		mu.Lock()
+		states = append(states, s)
+		mu.Unlock()
+	}
+	srv.Start()
+	defer srv.Close()
+	cl := newClient(t, providerConfig(srv.URL), providers.Options{Concurrency: 4})
+	count := func(want http.ConnState) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range states {
+			if s == want {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for count(http.StateNew) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spare connections dialed before any request, want 4", count(http.StateNew))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if count(http.StateActive) != 0 {
+		t.Fatal("a request was sent to warm up; spares must be bare connections")
+	}
+	if err := cl.Dispatch(context.Background(), payment("a")); err != nil {
+		t.Fatal(err)
+	}
+	// Close every connection server-side: the stale spares must not fail a payment.
+	srv.CloseClientConnections()
+	for i := range 8 {
+		if err := cl.Dispatch(context.Background(), payment(fmt.Sprint("b", i))); err != nil {
+			t.Fatalf("dispatch over a closed spare: %v", err)
 		}
 	}
 }

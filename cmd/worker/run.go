@@ -103,6 +103,7 @@ func workerConfig(c *config.Config) consumers.Config {
 		BackoffBase:     tiers[0],
 		BackoffMax:      tiers[len(tiers)-1],
 		RedisRetry:      tiers[0],
+		LateLimit:       c.Gate.Margin / 2,
 		Providers:       maxCost,
 	}
 }

@@ -5,7 +5,7 @@
 // would take any window over its limit gets 429 with Retry-After and counts as a violation (it is not
 // accepted). It deduplicates by the idempotency header: a key seen before gets the stored response and
 // counts as a duplicate, never as a second charge. Injected faults (500s, hung requests) are counted
-// apart. GET /stats reports it all as JSON.
+// apart. GET /stats reports it all as JSON; GET /keys lists the keys accepted.
 package sim
 
 import (
@@ -230,6 +230,15 @@ func (p *Provider) trim(now time.Time) {
 }
 
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/keys" { // the idempotency keys accepted (charged), for ledgers
+		if r.Method != http.MethodGet {
+			http.Error(w, "GET /keys", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p.AcceptedKeys())
+		return
+	}
 	if r.URL.Path == "/stats" {
 		if r.Method != http.MethodGet {
 			http.Error(w, "GET /stats", http.StatusMethodNotAllowed)

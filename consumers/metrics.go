@@ -49,6 +49,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Touch creates a provider's series at zero, so dashboards and alerts see them before the first job.
+func (m *Metrics) Touch(provider string) {
+	m.jobs.WithLabelValues(provider, "succeeded")
+	m.gateWait.WithLabelValues(provider)
+	m.decisions.WithLabelValues(provider, "allowed")
+	m.dispatch.WithLabelValues(provider, "succeeded")
+	m.inflight.WithLabelValues(provider)
+	m.lateness.WithLabelValues(provider)
+}
+
 // Tier picks the delay tier for a wait: the smallest tier >= d, else the largest (a job whose wait is
 // longer comes back, asks again, and is deferred again). tiers must be sorted ascending and non-empty.
 func Tier(tiers []time.Duration, d time.Duration) time.Duration {

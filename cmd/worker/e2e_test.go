@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -469,5 +470,41 @@ func TestKillWorkerMidRun(t *testing.T) {
 	t.Logf("accepted %d, duplicates %d (redeliveries absorbed by the idempotency key)", st.Accepted, st.Duplicates)
 	if st.Violations != 0 || st.Accepted != 200 || len(l.dead) != 0 {
 		t.Fatalf("stats %+v, dead %v", st, l.dead)
+	}
+}
+
+// enqueue --file publishes the valid lines and refuses the others with their line numbers.
+func TestEnqueueFile(t *testing.T) {
+	f := newFleet(t, simProvider{"acme", []sim.Window{{Limit: 5, Per: time.Second}}})
+	jobs := filepath.Join(f.dir, "jobs.jsonl")
+	body := `{"id":"f-1","provider":"acme","amount":100,"currency":"EUR"}
+not json
+
+{"id":"f-2","provider":"acme","amount":-3,"currency":"EUR"}
+{"id":"f-3","provider":"acme","amount":300,"currency":"USD","payload":{"iban":"DE89"}}
+`
+	if err := os.WriteFile(jobs, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "enqueue", "--config", f.cfg, "--file", jobs)
+	cmd.Env = f.env()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("exit %v, want 2 for refused lines\n%s", err, out)
+	}
+	for _, want := range []string{"line 2: body is not JSON", "line 4: amount: must be > 0", "published 2 jobs", "refused 2 invalid lines"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	var got []string
+	for _, m := range f.drain(f.x + ".acme") {
+		var j struct{ ID string }
+		_ = json.Unmarshal(m.Body, &j)
+		got = append(got, j.ID)
+	}
+	if fmt.Sprint(got) != "[f-1 f-3]" {
+		t.Fatalf("published %v, want [f-1 f-3]", got)
 	}
 }

@@ -61,6 +61,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := consumers.NewMetrics(reg)
+	for _, name := range c.ProviderNames() {
+		metrics.Touch(name)
+	}
 	srv, err := ops.Start(c.HTTP.Listen, reg, map[string]ops.Check{
 		"redis":  func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		"broker": func(context.Context) error { return b.Ready() },

@@ -508,3 +508,22 @@ not json
 		t.Fatalf("published %v, want [f-1 f-3]", got)
 	}
 }
+
+// A throttled provider never starves another, through real RabbitMQ: "slow" at 1/s with a backlog,
+// "fast" effectively unlimited; fast's jobs all flow while slow's trickle.
+func TestNoHeadOfLineOnRabbitMQ(t *testing.T) {
+	f := newFleet(t, simProvider{"slow", []sim.Window{{Limit: 1, Per: time.Second}}},
+		simProvider{"fast", []sim.Window{{Limit: 10000, Per: time.Second}}})
+	f.enqueue("slow", 40, "s")
+	f.enqueue("fast", 300, "f")
+	f.startWorker()
+	fast, slow := f.sims["fast"], f.sims["slow"]
+	f.waitFor("fast's 300 jobs", 30*time.Second, func() bool { return fast.Stats().Accepted >= 300 })
+	if n := slow.Stats().Accepted; n > 10 {
+		t.Fatalf("slow took %d jobs while fast took 300: the test did not overload it", n)
+	}
+	f.stopAll()
+	if st := slow.Stats(); st.Violations != 0 {
+		t.Fatalf("slow: %+v", st)
+	}
+}

@@ -25,9 +25,10 @@ type Settled struct {
 
 // Broker holds one queue per provider.
 type Broker struct {
-	mu      sync.Mutex
-	queues  map[string]chan *Delivery
-	settled []Settled
+	mu          sync.Mutex
+	queues      map[string]chan *Delivery
+	settled     []Settled
+	outstanding map[*Delivery]bool // handed out, not settled
 	// Redeliver, when set, puts deferred jobs back on their queue after their delay (scaled by it), as
 	// a delay tier would; nil keeps them out.
 	Redeliver func(after time.Duration) time.Duration
@@ -37,7 +38,7 @@ var _ consumers.Broker = (*Broker)(nil)
 
 // New returns a broker with a queue of the given capacity per provider.
 func New(capacity int, providers ...string) *Broker {
-	b := &Broker{queues: map[string]chan *Delivery{}}
+	b := &Broker{queues: map[string]chan *Delivery{}, outstanding: map[*Delivery]bool{}}
 	for _, p := range providers {
 		b.queues[p] = make(chan *Delivery, capacity)
 	}
@@ -79,6 +80,9 @@ func (b *Broker) Consume(ctx context.Context, provider string) (<-chan consumers
 		for {
 			select {
 			case d := <-q:
+				b.mu.Lock()
+				b.outstanding[d] = true
+				b.mu.Unlock()
 				select {
 				case out <- d:
 				case <-ctx.Done():
@@ -129,9 +133,28 @@ func (d *Delivery) settle(s Settled) error {
 	d.done = true
 	s.Provider, s.Body = d.provider, d.body
 	d.b.mu.Lock()
+	defer d.b.mu.Unlock()
+	if !d.b.outstanding[d] && s.Kind != "requeue" {
+		return errors.New("memory: delivery abandoned by a crash")
+	}
+	delete(d.b.outstanding, d)
 	d.b.settled = append(d.b.settled, s)
-	d.b.mu.Unlock()
 	return nil
+}
+
+// Crash acts out a consumer process dying: every delivery handed out and not settled goes back to its
+// queue, and settling the old one afterwards fails, as on a closed channel.
+func (b *Broker) Crash() {
+	b.mu.Lock()
+	var back []*Delivery
+	for d := range b.outstanding {
+		back = append(back, &Delivery{b: b, provider: d.provider, body: d.body, attempt: d.attempt, firstSeen: d.firstSeen})
+		delete(b.outstanding, d)
+	}
+	b.mu.Unlock()
+	for _, d := range back {
+		_ = b.put(d)
+	}
 }
 
 func (d *Delivery) Ack(context.Context) error { return d.settle(Settled{Kind: "ack"}) }

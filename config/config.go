@@ -92,6 +92,9 @@ type Kafka struct {
 	Brokers     []string `mapstructure:"brokers"`
 	Group       string   `mapstructure:"group"`
 	TopicPrefix string   `mapstructure:"topic_prefix"`
+	// Partitions and ReplicationFactor apply to the topics the worker creates when they are missing.
+	Partitions        int `mapstructure:"partitions"`
+	ReplicationFactor int `mapstructure:"replication_factor"`
 }
 
 // Worker tunes job processing.
@@ -159,30 +162,32 @@ type Limit struct {
 // defaults are documented in README.md and config.yaml; every key has one (or is listed with an empty
 // value), which is also what lets PAYGATE_<PATH> override a key the file leaves out.
 var defaults = map[string]any{
-	"log.level":                 "info",
-	"log.format":                "json",
-	"http.listen":               "127.0.0.1:9090",
-	"redis.addrs":               []string{"127.0.0.1:6379"},
-	"redis.master_name":         "",
-	"redis.username":            "",
-	"redis.password_env":        "PAYGATE_REDIS_PASSWORD",
-	"redis.db":                  0,
-	"redis.tls":                 false,
-	"redis.key_prefix":          "paygate",
-	"gate.margin":               "10ms",
-	"broker.kind":               "rabbitmq",
-	"broker.rabbitmq.url_env":   "PAYGATE_AMQP_URL",
-	"broker.rabbitmq.exchange":  "payments",
-	"broker.rabbitmq.prefetch":  32,
-	"broker.kafka.brokers":      []string{"127.0.0.1:9092"},
-	"broker.kafka.group":        "paygate",
-	"broker.kafka.topic_prefix": "payments",
-	"worker.concurrency":        16,
-	"worker.max_inline_wait":    "5s",
-	"worker.max_attempts":       8,
-	"worker.max_deferral_age":   "24h",
-	"worker.shutdown_timeout":   "30s",
-	"worker.delay_tiers":        []string{"1s", "5s", "30s", "2m", "10m", "1h"},
+	"log.level":                       "info",
+	"log.format":                      "json",
+	"http.listen":                     "127.0.0.1:9090",
+	"redis.addrs":                     []string{"127.0.0.1:6379"},
+	"redis.master_name":               "",
+	"redis.username":                  "",
+	"redis.password_env":              "PAYGATE_REDIS_PASSWORD",
+	"redis.db":                        0,
+	"redis.tls":                       false,
+	"redis.key_prefix":                "paygate",
+	"gate.margin":                     "10ms",
+	"broker.kind":                     "rabbitmq",
+	"broker.rabbitmq.url_env":         "PAYGATE_AMQP_URL",
+	"broker.rabbitmq.exchange":        "payments",
+	"broker.rabbitmq.prefetch":        32,
+	"broker.kafka.brokers":            []string{"127.0.0.1:9092"},
+	"broker.kafka.group":              "paygate",
+	"broker.kafka.topic_prefix":       "payments",
+	"broker.kafka.partitions":         6,
+	"broker.kafka.replication_factor": 1,
+	"worker.concurrency":              16,
+	"worker.max_inline_wait":          "5s",
+	"worker.max_attempts":             8,
+	"worker.max_deferral_age":         "24h",
+	"worker.shutdown_timeout":         "30s",
+	"worker.delay_tiers":              []string{"1s", "5s", "30s", "2m", "10m", "1h"},
 }
 
 // Load reads the YAML file at path (empty: defaults only), overlays PAYGATE_<PATH> environment variables,
@@ -551,6 +556,8 @@ func (c *Config) Validate() error {
 		p.check(k.Group != "", "broker.kafka.group", "must be non-empty")
 		p.check(resourceName.MatchString(k.TopicPrefix), "broker.kafka.topic_prefix",
 			"must be 1..200 of [A-Za-z0-9._-], got %q", k.TopicPrefix)
+		p.check(k.Partitions >= 1, "broker.kafka.partitions", "must be >= 1, got %d", k.Partitions)
+		p.check(k.ReplicationFactor >= 1, "broker.kafka.replication_factor", "must be >= 1, got %d", k.ReplicationFactor)
 	default:
 		p.add("broker.kind", "must be rabbitmq or kafka, got %q", c.Broker.Kind)
 	}

@@ -1,0 +1,536 @@
+// Package kafka is the Kafka adapter of the worker core (segmentio/kafka-go).
+//
+// Topics derive from the prefix T and are created when missing:
+//
+//	T.<provider>      jobs for one provider
+//	T.retry.<tier>    deferred jobs; held until their not-before header, then produced back to T.<provider>
+//	T.dead            dead letters, with x-paygate-* headers saying why
+//
+// One consumer-group member per process subscribes to all of them (kafka-go's ConsumerGroup/Generation
+// API, so that each assigned partition is read on its own). Records are never committed before they are
+// processed: several records of a partition may be in flight at once (up to the worker's concurrency), and
+// only the contiguous prefix of settled offsets is committed, within the generation that read them. When
+// a generation ends, its uncommitted records are read again by whoever gets the partition; the gate's
+// duplicate admission and the idempotency key absorb the repeat.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/consumers"
+)
+
+// Headers paygate sets (the same names as on RabbitMQ).
+const (
+	HeaderAttempt   = "x-paygate-attempt"
+	HeaderFirstSeen = "x-paygate-first-seen" // unix ms
+	HeaderReason    = "x-paygate-reason"
+	HeaderError     = "x-paygate-error"
+	HeaderNotBefore = "x-paygate-not-before" // unix ms
+	HeaderProvider  = "x-paygate-provider"   // where a retry record goes back to
+)
+
+// Options configure the adapter.
+type Options struct {
+	Brokers           []string
+	Group             string
+	TopicPrefix       string
+	Partitions        int
+	ReplicationFactor int
+	Providers         []string
+	DelayTiers        []time.Duration // ascending
+	Log               *zap.Logger
+}
+
+// Broker is the Kafka adapter: consumers.Broker plus publishing.
+type Broker struct {
+	o      Options
+	writer *kafkago.Writer
+
+	mu      sync.Mutex
+	streams map[string]chan consumers.Delivery // by provider, for the current run
+	started bool                               // a run is going
+	done    chan struct{}                      // closed when the current run has ended
+	ready   error
+	abandon chan struct{} // closed by Abandon
+	once    sync.Once
+}
+
+// drainTimeout bounds how long a stopping partition waits for its in-flight records to settle.
+const drainTimeout = time.Minute
+
+// Abandon makes the member leave as a crashed process would: in-flight records are not waited for, and
+// stay uncommitted.
+func (b *Broker) Abandon() { b.once.Do(func() { close(b.abandon) }) }
+
+var _ consumers.Broker = (*Broker)(nil)
+
+// Open creates missing topics and returns the adapter; consumption starts with the first Consume.
+func Open(ctx context.Context, o Options) (*Broker, error) {
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	if len(o.DelayTiers) == 0 || len(o.Brokers) == 0 {
+		return nil, errors.New("kafka: brokers and at least one delay tier are required")
+	}
+	o.Partitions, o.ReplicationFactor = max(o.Partitions, 1), max(o.ReplicationFactor, 1)
+	b := &Broker{o: o, abandon: make(chan struct{})}
+	b.newRun()
+	if err := b.createTopics(ctx); err != nil {
+		return nil, err
+	}
+	b.writer = &kafkago.Writer{
+		Addr:         kafkago.TCP(o.Brokers...),
+		Balancer:     &kafkago.RoundRobin{},
+		RequiredAcks: kafkago.RequireAll, // the default (none) would be fire-and-forget
+		BatchTimeout: 2 * time.Millisecond,
+		MaxAttempts:  5,
+	}
+	return b, nil
+}
+
+func (b *Broker) topic(provider string) string { return b.o.TopicPrefix + "." + provider }
+func (b *Broker) dead() string                 { return b.o.TopicPrefix + ".dead" }
+func (b *Broker) retry(tier time.Duration) string {
+	return b.o.TopicPrefix + ".retry." + consumers.TierName(tier)
+}
+func (b *Broker) isRetry(topic string) bool {
+	return strings.HasPrefix(topic, b.o.TopicPrefix+".retry.")
+}
+func (b *Broker) providerOf(topic string) string {
+	return strings.TrimPrefix(topic, b.o.TopicPrefix+".")
+}
+func (b *Broker) topics() []string {
+	ts := []string{b.dead()}
+	for _, p := range b.o.Providers {
+		ts = append(ts, b.topic(p))
+	}
+	for _, t := range b.o.DelayTiers {
+		ts = append(ts, b.retry(t))
+	}
+	return ts
+}
+
+func (b *Broker) createTopics(ctx context.Context) error {
+	var d kafkago.Dialer
+	var lastErr error
+	for _, addr := range b.o.Brokers {
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		defer conn.Close()
+		ctrl, err := conn.Controller()
+		if err != nil {
+			return fmt.Errorf("kafka: find controller: %w", err)
+		}
+		cc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
+		if err != nil {
+			return fmt.Errorf("kafka: dial controller: %w", err)
+		}
+		defer cc.Close()
+		var configs []kafkago.TopicConfig
+		for _, t := range b.topics() {
+			configs = append(configs, kafkago.TopicConfig{Topic: t, NumPartitions: b.o.Partitions, ReplicationFactor: b.o.ReplicationFactor})
+		}
+		if err := cc.CreateTopics(configs...); err != nil && !errors.Is(err, kafkago.TopicAlreadyExists) {
+			return fmt.Errorf("kafka: create topics: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("kafka: no broker reachable: %w", lastErr)
+}
+
+// Publish produces a job to T.<provider> and waits for every in-sync replica.
+func (b *Broker) Publish(ctx context.Context, provider string, body []byte) error {
+	return b.writer.WriteMessages(ctx, kafkago.Message{Topic: b.topic(provider), Value: body, Time: time.Now()})
+}
+
+// Ready reports whether the group is consuming (for /readyz).
+func (b *Broker) Ready() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ready
+}
+
+// Close waits for a run whose context has ended to finish, then flushes the writer.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	started, done := b.started, b.done
+	b.mu.Unlock()
+	if started {
+		<-done
+	}
+	return b.writer.Close()
+}
+
+// newRun prepares the streams of the next run.
+func (b *Broker) newRun() {
+	b.streams = map[string]chan consumers.Delivery{}
+	for _, p := range b.o.Providers {
+		b.streams[p] = make(chan consumers.Delivery)
+	}
+	b.done = make(chan struct{})
+}
+
+// Consume returns provider's stream; the first call of a run starts the group member, which serves every
+// provider's stream until ctx is done, then closes them all. A later Consume starts a new run.
+func (b *Broker) Consume(ctx context.Context, provider string) (<-chan consumers.Delivery, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, ok := b.streams[provider]
+	if !ok {
+		return nil, fmt.Errorf("kafka: provider %s is not configured", provider)
+	}
+	if !b.started {
+		b.started = true
+		b.ready = errors.New("kafka: joining the consumer group")
+		go b.run(ctx, b.streams, b.done)
+	}
+	return ch, nil
+}
+
+func (b *Broker) setReady(err error) {
+	b.mu.Lock()
+	b.ready = err
+	b.mu.Unlock()
+}
+
+// run is the group member: one generation after another until ctx is done.
+func (b *Broker) run(ctx context.Context, streams map[string]chan consumers.Delivery, done chan struct{}) {
+	defer func() {
+		for _, ch := range streams {
+			close(ch)
+		}
+		b.mu.Lock()
+		b.started = false
+		b.ready = errors.New("kafka: not consuming")
+		b.newRun()
+		b.mu.Unlock()
+		close(done)
+	}()
+	for ctx.Err() == nil {
+		if err := b.member(ctx, streams); err != nil && ctx.Err() == nil {
+			b.setReady(fmt.Errorf("kafka: %w", err))
+			b.o.Log.Warn("kafka consumer group error; rejoining", zap.Error(err))
+			sleep(ctx, time.Second)
+		}
+	}
+}
+
+func (b *Broker) member(ctx context.Context, streams map[string]chan consumers.Delivery) error {
+	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
+		ID:                b.o.Group,
+		Brokers:           b.o.Brokers,
+		Topics:            b.topics()[1:], // not the dead letters
+		HeartbeatInterval: time.Second,
+		SessionTimeout:    10 * time.Second,
+		RebalanceTimeout:  10 * time.Second,
+		JoinGroupBackoff:  500 * time.Millisecond,
+		StartOffset:       kafkago.FirstOffset,
+		Logger:            nil,
+	})
+	if err != nil {
+		return err
+	}
+	defer cg.Close()
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		b.setReady(nil)
+		for _, topic := range slices.Sorted(maps.Keys(gen.Assignments)) {
+			for _, pa := range gen.Assignments[topic] {
+				gen.Start(func(gctx context.Context) { b.partition(ctx, gctx, gen, topic, pa, streams) })
+			}
+		}
+	}
+}
+
+// partition reads one assigned partition until the generation (gctx) or the member (ctx) ends.
+func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, topic string, pa kafkago.PartitionAssignment, streams map[string]chan consumers.Delivery) {
+	both, cancel := context.WithCancel(gctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	r := kafkago.NewReader(kafkago.ReaderConfig{
+		Brokers: b.o.Brokers, Topic: topic, Partition: pa.ID, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 100 * time.Millisecond,
+	})
+	defer r.Close()
+	offset := pa.Offset
+	if offset < 0 { // no commit yet: from the start
+		offset = kafkago.FirstOffset
+	}
+	if err := r.SetOffset(offset); err != nil {
+		b.o.Log.Warn("kafka set offset", zap.String("topic", topic), zap.Int("partition", pa.ID), zap.Error(err))
+		return
+	}
+	t := &tracker{b: b, gen: gen, gctx: gctx, topic: topic, partition: pa.ID, idle: make(chan struct{}, 1)}
+	defer t.drain(gctx, b.abandon)
+	for {
+		m, err := r.FetchMessage(both)
+		if err != nil {
+			return // the generation or the member ended
+		}
+		if b.isRetry(topic) {
+			if !b.release(both, m) {
+				return
+			}
+			t.add(m.Offset)
+			if err := t.done(m.Offset); err != nil {
+				return
+			}
+			continue
+		}
+		t.add(m.Offset)
+		d := &delivery{m: m, b: b, t: t, provider: b.providerOf(topic), received: time.Now()}
+		t.handOut(1)
+		select {
+		case streams[d.provider] <- d:
+		case <-ctx.Done():
+			t.handOut(-1)
+			return // shutting down: the record stays uncommitted and is read again
+		case <-gctx.Done():
+			t.handOut(-1)
+			return
+		}
+	}
+}
+
+// release holds a retry record until its not-before time, then produces it back to its provider's
+// topic. It reports false when the context ended first.
+func (b *Broker) release(ctx context.Context, m kafkago.Message) bool {
+	h := headers(m.Headers)
+	if ms, err := strconv.ParseInt(h[HeaderNotBefore], 10, 64); err == nil {
+		if wait := time.Until(time.UnixMilli(ms)); wait > 0 && !sleep(ctx, wait) {
+			return false
+		}
+	}
+	provider := h[HeaderProvider]
+	if !slices.Contains(b.o.Providers, provider) {
+		// Not ours to route: dead-letter it rather than lose or loop it.
+		h[HeaderReason] = string(consumers.ReasonInvalid)
+		h[HeaderError] = fmt.Sprintf("retry record for unknown provider %q", provider)
+		return b.produce(ctx, b.dead(), m.Value, h) == nil
+	}
+	for ctx.Err() == nil {
+		err := b.produce(ctx, b.topic(provider), m.Value, h)
+		if err == nil {
+			return true
+		}
+		b.o.Log.Warn("kafka: could not release a retry record; retrying", zap.Error(err))
+		sleep(ctx, time.Second)
+	}
+	return false
+}
+
+func (b *Broker) produce(ctx context.Context, topic string, value []byte, h map[string]string) error {
+	msg := kafkago.Message{Topic: topic, Value: value, Time: time.Now()}
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		msg.Headers = append(msg.Headers, kafkago.Header{Key: k, Value: []byte(h[k])})
+	}
+	return b.writer.WriteMessages(ctx, msg)
+}
+
+// tracker commits the contiguous prefix of settled offsets of one partition, in its generation.
+type tracker struct {
+	b         *Broker
+	gen       *kafkago.Generation
+	gctx      context.Context // ends with the generation
+	topic     string
+	partition int
+
+	mu      sync.Mutex
+	pending []int64        // offsets read, in order, not yet committed
+	settled map[int64]bool // among pending
+	out     int            // records handed to the core, not yet settled or requeued
+	idle    chan struct{}  // signalled when out drops to 0
+}
+
+func (t *tracker) handOut(n int) {
+	t.mu.Lock()
+	t.out += n
+	if t.out == 0 {
+		select {
+		case t.idle <- struct{}{}:
+		default:
+		}
+	}
+	t.mu.Unlock()
+}
+
+// drain keeps the generation (and so its commits) alive until the records handed out are settled, the
+// generation ends, the member is abandoned, or drainTimeout passes.
+func (t *tracker) drain(gctx context.Context, abandon <-chan struct{}) {
+	deadline := time.After(drainTimeout)
+	for {
+		t.mu.Lock()
+		out := t.out
+		t.mu.Unlock()
+		if out <= 0 {
+			return
+		}
+		select {
+		case <-t.idle:
+		case <-gctx.Done():
+			return
+		case <-abandon:
+			return
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func (t *tracker) add(offset int64) {
+	t.mu.Lock()
+	t.pending = append(t.pending, offset)
+	t.mu.Unlock()
+}
+
+// done marks an offset settled and commits what is now contiguous. It fails when the generation has
+// ended: the record will be read again by whoever holds the partition now.
+func (t *tracker) done(offset int64) error {
+	if t.gctx.Err() != nil {
+		return errors.New("kafka: the consumer group generation ended; the record will be read again")
+	}
+	t.mu.Lock()
+	if t.settled == nil {
+		t.settled = map[int64]bool{}
+	}
+	t.settled[offset] = true
+	next := int64(-1)
+	for len(t.pending) > 0 && t.settled[t.pending[0]] {
+		delete(t.settled, t.pending[0])
+		next = t.pending[0] + 1
+		t.pending = t.pending[1:]
+	}
+	if next >= 0 {
+		// Committed under the lock, so commits of one partition go out in order.
+		err := t.gen.CommitOffsets(map[string]map[int]int64{t.topic: {t.partition: next}})
+		if err != nil {
+			t.mu.Unlock()
+			return fmt.Errorf("kafka: commit %s/%d: %w; the records will be read again", t.topic, t.partition, err)
+		}
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// delivery is one record of a provider topic.
+type delivery struct {
+	m        kafkago.Message
+	b        *Broker
+	t        *tracker
+	provider string
+	received time.Time
+	once     sync.Once
+}
+
+var _ consumers.Delivery = (*delivery)(nil)
+
+func (d *delivery) Body() []byte { return d.m.Value }
+
+func (d *delivery) Attempt() int {
+	n, _ := strconv.Atoi(headers(d.m.Headers)[HeaderAttempt])
+	return max(n, 0)
+}
+
+func (d *delivery) FirstSeen() time.Time {
+	if ms, err := strconv.ParseInt(headers(d.m.Headers)[HeaderFirstSeen], 10, 64); err == nil && ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	return d.received
+}
+
+func (d *delivery) settle() error {
+	settled, err := false, error(nil)
+	d.once.Do(func() { settled = true; err = d.t.done(d.m.Offset); d.t.handOut(-1) })
+	if !settled {
+		return errors.New("kafka: delivery settled twice")
+	}
+	return err
+}
+
+func (d *delivery) Ack(context.Context) error { return d.settle() }
+
+// Requeue leaves the record uncommitted: it is read again after a restart or rebalance.
+func (d *delivery) Requeue(context.Context) error {
+	settled := false
+	d.once.Do(func() { settled = true; d.t.handOut(-1) })
+	if !settled {
+		return errors.New("kafka: delivery settled twice")
+	}
+	return nil
+}
+
+func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, why error) error {
+	h := d.headers(attempt, why)
+	h[HeaderNotBefore] = strconv.FormatInt(time.Now().Add(after).UnixMilli(), 10)
+	h[HeaderProvider] = d.provider
+	if err := d.b.produce(ctx, d.b.retry(consumers.Tier(d.b.o.DelayTiers, after)), d.m.Value, h); err != nil {
+		return fmt.Errorf("kafka: defer: %w", err) // uncommitted: read again later
+	}
+	return d.settle()
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, attempt int, why error) error {
+	h := d.headers(attempt, why)
+	h[HeaderReason] = string(reason)
+	h[HeaderProvider] = d.provider
+	if err := d.b.produce(ctx, d.b.dead(), d.m.Value, h); err != nil {
+		return fmt.Errorf("kafka: dead-letter: %w", err)
+	}
+	return d.settle()
+}
+
+func (d *delivery) headers(attempt int, why error) map[string]string {
+	h := headers(d.m.Headers)
+	h[HeaderAttempt] = strconv.Itoa(attempt)
+	h[HeaderFirstSeen] = strconv.FormatInt(d.FirstSeen().UnixMilli(), 10)
+	delete(h, HeaderNotBefore)
+	if why != nil {
+		msg := why.Error()
+		if len(msg) > 1024 {
+			msg = msg[:1024]
+		}
+		h[HeaderError] = msg
+	}
+	return h
+}
+
+func headers(hs []kafkago.Header) map[string]string {
+	out := make(map[string]string, len(hs))
+	for _, h := range hs {
+		out[h.Key] = string(h.Value)
+	}
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,98 @@
+package kafka_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/conformance"
+	"github.com/paygate/paygate/consumers/kafka"
+)
+
+// brokers is a kfake cluster per test, or the real brokers in PAYGATE_TEST_KAFKA_BROKERS.
+func brokers(t *testing.T) []string {
+	t.Helper()
+	if b := os.Getenv("PAYGATE_TEST_KAFKA_BROKERS"); b != "" {
+		return strings.Split(b, ",")
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+func unique() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) *conformance.Harness {
+		bs := brokers(t)
+		o := kafka.Options{Brokers: bs, Group: unique(), TopicPrefix: unique(), Partitions: 2,
+			Providers: []string{"acme"}, DelayTiers: []time.Duration{300 * time.Millisecond, 2 * time.Second}}
+		open := func() *kafka.Broker {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, err := kafka.Open(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		b := open()
+		t.Cleanup(func() { b.Abandon(); b.Close() })
+		return &conformance.Harness{
+			Broker:      b,
+			Publish:     b.Publish,
+			MinDeferral: 300 * time.Millisecond,
+			Crash: func(t *testing.T) consumers.Broker {
+				b.Abandon()
+				b.Close()
+				b2 := open()
+				t.Cleanup(func() { b2.Abandon(); b2.Close() })
+				return b2
+			},
+			DeadLetters: func(t *testing.T, want int) []conformance.DeadLetter {
+				return readDead(t, bs, o.TopicPrefix+".dead", want)
+			},
+		}
+	})
+}
+
+// readDead reads the dead-letter topic from the start until it has want records or 10s pass.
+func readDead(t *testing.T, bs []string, topic string, want int) []conformance.DeadLetter {
+	t.Helper()
+	var out []conformance.DeadLetter
+	for p := range 2 {
+		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: bs, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		for len(out) < want {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				break
+			}
+			h := map[string]string{}
+			for _, x := range m.Headers {
+				h[x.Key] = string(x.Value)
+			}
+			attempt, _ := strconv.Atoi(h[kafka.HeaderAttempt])
+			out = append(out, conformance.DeadLetter{Body: m.Value, Reason: consumers.Reason(h[kafka.HeaderReason]), Error: h[kafka.HeaderError], Attempt: attempt})
+		}
+		cancel()
+		r.Close()
+	}
+	return out
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/kafka"
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/job"
 	"github.com/paygate/paygate/ops"
@@ -129,8 +130,13 @@ func openBroker(ctx context.Context, c *config.Config, log *zap.Logger) (broker,
 		}
 		return rabbitmq.Open(ctx, rabbitmq.Options{URL: url, Exchange: r.Exchange, Prefetch: r.Prefetch,
 			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Log: log.Named("rabbitmq")})
+	case "kafka":
+		k := c.Broker.Kafka
+		return kafka.Open(ctx, kafka.Options{Brokers: k.Brokers, Group: k.Group, TopicPrefix: k.TopicPrefix,
+			Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, Providers: c.ProviderNames(),
+			DelayTiers: c.Worker.DelayTiers, Log: log.Named("kafka")})
 	default:
-		return nil, configError{fmt.Errorf("broker.kind: %s is not supported yet", c.Broker.Kind)}
+		return nil, configError{fmt.Errorf("broker.kind: %s is not supported", c.Broker.Kind)}
 	}
 }
 

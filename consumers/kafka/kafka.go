@@ -235,11 +235,11 @@ func (b *Broker) member(ctx context.Context, streams map[string]chan consumers.D
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID:                b.o.Group,
 		Brokers:           b.o.Brokers,
-		Topics:            b.topics()[1:], // not the dead letters
-		HeartbeatInterval: time.Second,
+		Topics:            b.topics()[1:],         // not the dead letters
+		HeartbeatInterval: 250 * time.Millisecond, // a rebalance is noticed at the next heartbeat
 		SessionTimeout:    10 * time.Second,
 		RebalanceTimeout:  10 * time.Second,
-		JoinGroupBackoff:  500 * time.Millisecond,
+		JoinGroupBackoff:  200 * time.Millisecond,
 		StartOffset:       kafkago.FirstOffset,
 		Logger:            nil,
 	})
@@ -256,6 +256,11 @@ func (b *Broker) member(ctx context.Context, streams map[string]chan consumers.D
 			return err
 		}
 		b.setReady(nil)
+		n := 0
+		for _, pas := range gen.Assignments {
+			n += len(pas)
+		}
+		b.o.Log.Info("kafka group generation joined", zap.Int32("generation", gen.ID), zap.Int("partitions", n))
 		for _, topic := range slices.Sorted(maps.Keys(gen.Assignments)) {
 			for _, pa := range gen.Assignments[topic] {
 				gen.Start(func(gctx context.Context) { b.partition(ctx, gctx, gen, topic, pa, streams) })

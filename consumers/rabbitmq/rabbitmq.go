@@ -23,7 +23,6 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/url"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -63,9 +62,6 @@ type Broker struct {
 	pub     *publisher
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-
-	mu       sync.Mutex
-	channels []*amqp.Channel // consuming channels, closed by Close (after in-flight deliveries settled)
 }
 
 var _ consumers.Broker = (*Broker)(nil)
@@ -100,16 +96,10 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	return b, nil
 }
 
-// Close stops the supervisors and closes both connections; unacknowledged deliveries return to their
-// queues.
+// Close stops the supervisors and closes both connections (and with them every channel);
+// unacknowledged deliveries return to their queues. Settle or requeue in-flight deliveries first.
 func (b *Broker) Close() error {
 	b.cancel()
-	b.mu.Lock()
-	for _, ch := range b.channels {
-		_ = ch.Close()
-	}
-	b.channels = nil
-	b.mu.Unlock()
 	b.consume.close()
 	b.publish.close()
 	b.wg.Wait()
@@ -210,10 +200,8 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
-	b.channels = slices.DeleteFunc(b.channels, (*amqp.Channel).IsClosed)
-	b.channels = append(b.channels, ch)
-	b.mu.Unlock()
+	// The channel stays open when consumption stops: the core still acks in-flight deliveries on it. It
+	// closes with its connection (Broker.Close), or is already dead when the loop ends on an error.
 	if err := ch.Qos(b.o.Prefetch, 0, false); err != nil {
 		return err
 	}
@@ -230,17 +218,35 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 			if !ok {
 				return errors.New("delivery stream closed")
 			}
-			out <- b.wrap(m, provider)
+			select {
+			case out <- b.wrap(m, provider):
+				continue
+			case <-ctx.Done():
+				_ = m.Nack(false, true) // never handed over: back to the queue
+			}
 		case err := <-closed:
 			return fmt.Errorf("channel closed: %v", err)
 		case <-cancelled:
 			return errors.New("consumer cancelled by the broker")
 		case <-ctx.Done():
-			_ = ch.Cancel(tag, false)
-			for m := range msgs { // already delivered to us: the core requeues them
-				out <- b.wrap(m, provider)
+		}
+		// Stopping: no new deliveries; what the broker already sent goes back to the queue. Bounded, so
+		// that a broker that does not confirm the cancel cannot hold the shutdown.
+		_ = ch.Cancel(tag, false)
+		deadline := time.NewTimer(5 * time.Second)
+		defer deadline.Stop()
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					return nil
+				}
+				_ = m.Nack(false, true)
+			case <-closed:
+				return nil
+			case <-deadline.C:
+				return nil
 			}
-			return nil
 		}
 	}
 }
@@ -540,12 +546,13 @@ func (s *session) lastError() error {
 	return s.lastErr
 }
 
+// close closes the connection and with it every channel, waiting at most 5s for the broker's reply.
 func (s *session) close() {
 	s.mu.Lock()
 	conn := s.conn
 	s.mu.Unlock()
 	if conn != nil {
-		_ = conn.Close()
+		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
 	}
 }
 

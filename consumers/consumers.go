@@ -68,6 +68,26 @@ const (
 	ReasonDeferralAge Reason = "deferral-age"       // first seen longer ago than max_deferral_age
 )
 
+// Headers the adapters set on deferred and dead-lettered jobs: one contract for every broker.
+const (
+	HeaderAttempt   = "x-paygate-attempt"    // transient failures so far
+	HeaderFirstSeen = "x-paygate-first-seen" // unix ms when paygate first received the job
+	HeaderReason    = "x-paygate-reason"     // dead letters: a Reason
+	HeaderError     = "x-paygate-error"      // the last error, ErrorText
+	HeaderNotBefore = "x-paygate-not-before" // unix ms before which a deferred job is not dispatched
+	HeaderProvider  = "x-paygate-provider"   // the provider a deferred or dead job belongs to
+)
+
+// ErrorText is an error as a header carries it: at most 1 KiB, valid UTF-8.
+func ErrorText(err error) string {
+	const limit = 1024
+	msg := err.Error()
+	if len(msg) > limit {
+		msg = strings.ToValidUTF8(msg[:limit], "")
+	}
+	return msg
+}
+
 // Gate is the budget, shared by every worker (gate.Limiter).
 type Gate interface {
 	Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
@@ -214,7 +234,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// the answer is never early, and lateness counts from the earliest the slot can be, so a slow
 		// round trip to Redis counts as lateness too.
 		slot := asked.Add(v.Delay)
-		if !sleep(ctx, v.Delay) {
+		if !Sleep(ctx, v.Delay) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
 		}
@@ -378,8 +398,8 @@ func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Fie
 	s.w.log.Info("job settled", fields...)
 }
 
-// sleep waits d or until ctx is done; it reports whether the full wait passed.
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d or until ctx is done; it reports whether the full wait passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}

@@ -47,7 +47,14 @@ func startSim(t *testing.T, limits []sim.Window) *simProc {
 	for _, w := range limits {
 		spec = append(spec, fmt.Sprintf("%d/%s", w.Limit, w.Per))
 	}
-	cmd := exec.Command(binary, "provider-sim", "--listen", "127.0.0.1:0", "--limits", strings.Join(spec, ","))
+	addr := startListening(t, exec.Command(binary, "provider-sim", "--listen", "127.0.0.1:0", "--limits", strings.Join(spec, ",")))
+	return &simProc{t: t, url: "http://" + addr}
+}
+
+// startListening starts a helper process that prints "listening on ADDR" first, and returns ADDR; the
+// process is killed when the test ends.
+func startListening(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -59,9 +66,9 @@ func startSim(t *testing.T, limits []sim.Window) *simProc {
 	line, err := bufio.NewReader(out).ReadString('\n')
 	m := regexp.MustCompile(`listening on (\S+)`).FindStringSubmatch(line)
 	if err != nil || m == nil {
-		t.Fatalf("provider-sim banner %q: %v", line, err)
+		t.Fatalf("%s: banner %q: %v", filepath.Base(cmd.Path), line, err)
 	}
-	return &simProc{t: t, url: "http://" + m[1]}
+	return m[1]
 }
 
 func (s *simProc) get(path string, v any) {

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,21 +33,7 @@ func startKfake(t *testing.T) string {
 			t.Fatalf("build kfake: %v %s", err, out)
 		}
 	}
-	cmd := exec.Command(kfakeBinary)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	m := regexp.MustCompile(`listening on (\S+)`).FindStringSubmatch(line)
-	if err != nil || m == nil {
-		t.Fatalf("kfake banner %q: %v", line, err)
-	}
-	return m[1]
+	return startListening(t, exec.Command(kfakeBinary))
 }
 
 // newKafkaFleet is a fleet whose workers use Kafka: topics and group are named after the fleet.

@@ -32,14 +32,14 @@ import (
 	"github.com/paygate/paygate/consumers"
 )
 
-// Headers paygate sets (the same names as on RabbitMQ).
+// The header names are consumers.Header*, the same on every broker.
 const (
-	HeaderAttempt   = "x-paygate-attempt"
-	HeaderFirstSeen = "x-paygate-first-seen" // unix ms
-	HeaderReason    = "x-paygate-reason"
-	HeaderError     = "x-paygate-error"
-	HeaderNotBefore = "x-paygate-not-before" // unix ms
-	HeaderProvider  = "x-paygate-provider"   // where a retry record goes back to
+	HeaderAttempt   = consumers.HeaderAttempt
+	HeaderFirstSeen = consumers.HeaderFirstSeen
+	HeaderReason    = consumers.HeaderReason
+	HeaderError     = consumers.HeaderError
+	HeaderNotBefore = consumers.HeaderNotBefore
+	HeaderProvider  = consumers.HeaderProvider // where a retry record goes back to
 )
 
 // Options configure the adapter.
@@ -226,7 +226,7 @@ func (b *Broker) run(ctx context.Context, streams map[string]chan consumers.Deli
 		if err := b.member(ctx, streams); err != nil && ctx.Err() == nil {
 			b.setReady(fmt.Errorf("kafka: %w", err))
 			b.o.Log.Warn("kafka consumer group error; rejoining", zap.Error(err))
-			sleep(ctx, time.Second)
+			consumers.Sleep(ctx, time.Second)
 		}
 	}
 }
@@ -324,7 +324,7 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 func (b *Broker) release(ctx context.Context, m kafkago.Message) bool {
 	h := headers(m.Headers)
 	if ms, err := strconv.ParseInt(h[HeaderNotBefore], 10, 64); err == nil {
-		if wait := time.Until(time.UnixMilli(ms)); wait > 0 && !sleep(ctx, wait) {
+		if wait := time.Until(time.UnixMilli(ms)); wait > 0 && !consumers.Sleep(ctx, wait) {
 			return false
 		}
 	}
@@ -341,7 +341,7 @@ func (b *Broker) release(ctx context.Context, m kafkago.Message) bool {
 			return true
 		}
 		b.o.Log.Warn("kafka: could not release a retry record; retrying", zap.Error(err))
-		sleep(ctx, time.Second)
+		consumers.Sleep(ctx, time.Second)
 	}
 	return false
 }
@@ -512,11 +512,7 @@ func (d *delivery) headers(attempt int, why error) map[string]string {
 	h[HeaderFirstSeen] = strconv.FormatInt(d.FirstSeen().UnixMilli(), 10)
 	delete(h, HeaderNotBefore)
 	if why != nil {
-		msg := why.Error()
-		if len(msg) > 1024 {
-			msg = msg[:1024]
-		}
-		h[HeaderError] = msg
+		h[HeaderError] = consumers.ErrorText(why)
 	}
 	return h
 }
@@ -527,15 +523,4 @@ func headers(hs []kafkago.Header) map[string]string {
 		out[h.Key] = string(h.Value)
 	}
 	return out
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

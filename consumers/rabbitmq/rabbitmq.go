@@ -33,13 +33,13 @@ import (
 	"github.com/paygate/paygate/consumers"
 )
 
-// Headers paygate sets.
+// The header names are consumers.Header*, the same on every broker.
 const (
-	HeaderAttempt   = "x-paygate-attempt"    // transient failures so far
-	HeaderFirstSeen = "x-paygate-first-seen" // unix ms when paygate first received the job
-	HeaderReason    = "x-paygate-reason"     // dead letters: invalid, permanent, attempts-exhausted, deferral-age
-	HeaderError     = "x-paygate-error"      // the last error, at most 1 KiB
-	HeaderNotBefore = "x-paygate-not-before" // unix ms before which a deferred job should not be dispatched
+	HeaderAttempt   = consumers.HeaderAttempt
+	HeaderFirstSeen = consumers.HeaderFirstSeen
+	HeaderReason    = consumers.HeaderReason
+	HeaderError     = consumers.HeaderError
+	HeaderNotBefore = consumers.HeaderNotBefore
 	headerPublishID = "x-paygate-publish-id" // correlates a basic.return with its publish
 	deliveryLimit   = 50
 )
@@ -184,7 +184,7 @@ func (b *Broker) Consume(ctx context.Context, provider string) (<-chan consumers
 		for ctx.Err() == nil {
 			if err := b.consumeOnce(ctx, provider, out); err != nil && ctx.Err() == nil {
 				b.o.Log.Warn("consumer stopped; resuming", zap.String("queue", b.queue(provider)), zap.Error(err))
-				sleepCtx(ctx, time.Second)
+				consumers.Sleep(ctx, time.Second)
 			}
 		}
 	})
@@ -313,7 +313,7 @@ func (d *delivery) republish(ctx context.Context, exchange, key string, h amqp.T
 		DeliveryMode: amqp.Persistent, MessageId: d.m.MessageId, Timestamp: d.m.Timestamp, Body: d.m.Body,
 	})
 	if err != nil {
-		sleepCtx(ctx, time.Second)
+		consumers.Sleep(ctx, time.Second)
 		return errors.Join(fmt.Errorf("rabbitmq: publish to %q %q: %w", exchange, key, err), d.m.Nack(false, true))
 	}
 	return d.m.Ack(false)
@@ -329,11 +329,7 @@ func (d *delivery) headers(attempt int, why error) amqp.Table {
 	h[HeaderAttempt] = int64(attempt)
 	h[HeaderFirstSeen] = d.FirstSeen().UnixMilli()
 	if why != nil {
-		msg := why.Error()
-		if len(msg) > 1024 {
-			msg = msg[:1024]
-		}
-		h[HeaderError] = msg
+		h[HeaderError] = consumers.ErrorText(why)
 	}
 	return h
 }
@@ -474,7 +470,7 @@ func (s *session) run(ctx context.Context) {
 			if attempt > 0 {
 				s.log.Warn("rabbitmq connection failed; retrying", zap.String("connection", s.name), zap.Error(err), zap.Duration("in", wait))
 			}
-			sleepCtx(ctx, wait)
+			consumers.Sleep(ctx, wait)
 			continue
 		}
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
@@ -553,15 +549,6 @@ func (s *session) close() {
 	s.mu.Unlock()
 	if conn != nil {
 		_ = conn.CloseDeadline(time.Now().Add(5 * time.Second))
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }
 

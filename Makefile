@@ -6,8 +6,8 @@ GO ?= go
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
 # machine to itself: they run after the other packages, not beside them.
 test: services fmt vet
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v '/cmd/worker$$')
-	$(GO) test -race -count=1 ./cmd/worker
+	$(GO) test -race -count=1 -timeout 5m $$($(GO) list ./... | grep -v '/cmd/worker$$')
+	$(GO) test -race -count=1 -timeout 8m ./cmd/worker
 
 # Redis on 6379, a 3-node Redis Cluster on 7000-7002, RabbitMQ on 5672; installed with apt-get if missing.
 services:

@@ -126,6 +126,7 @@ type Worker struct {
 	metrics    *Metrics
 	now        func() time.Time
 	redisLog   *throttledLog
+	lateLog    *throttledLog
 	mu         sync.Mutex
 	pausedTill map[string]time.Time // the pauses this process has seen, checked before every dispatch
 }
@@ -156,7 +157,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 		metrics = NewMetrics(nil)
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
-		redisLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{}}, nil
+		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{}}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -170,11 +171,16 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 		names = append(names, p)
 	}
 	slices.Sort(names)
+	streams := map[string]<-chan Delivery{}
 	for _, p := range names {
 		deliveries, err := b.Consume(ctx, p)
 		if err != nil {
 			return fmt.Errorf("consumers: consume %s: %w", p, err)
 		}
+		streams[p] = deliveries
+	}
+	for _, p := range names {
+		deliveries := streams[p]
 		for range w.cfg.Concurrency {
 			wg.Go(func() {
 				for d := range deliveries {
@@ -230,32 +236,40 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		if !w.admitted(ctx, &s, v, err) {
 			return
 		}
-		// Redis chose the slot at its "now", somewhere between asking and the answer: sleeping Delay from
-		// the answer is never early, and lateness counts from the earliest the slot can be, so a slow
-		// round trip to Redis counts as lateness too.
-		slot := asked.Add(v.Delay)
+		// Redis chose the slot at its "now", somewhere between asking and the answer. Sleeping Delay from
+		// the answer is never early; lateness is the oversleep plus half the round trip (the expected
+		// offset of Redis's "now"), so a slow Redis counts without every job being late by the whole trip.
+		answered := time.Now()
 		if !Sleep(ctx, v.Delay) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
 		}
-		s.late = time.Since(slot)
+		s.late = time.Since(answered.Add(v.Delay)) + answered.Sub(asked)/2
 		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
-		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit {
+		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit || v.Duplicate {
+			// A duplicate's entry belongs to a request already sent (or being sent) by the first delivery:
+			// releasing it would free budget that is in use.
+			break
+		}
+		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
+		if try == maxLateTries {
+			// Still late after re-reserving: this process cannot keep within the margin (starved CPU, slow
+			// Redis). Go on rather than stall every job, and say so.
+			w.lateLog.warn(w.log, "dispatching later than gate.margin/2 after repeated re-reservations: raise gate.margin or give the worker more CPU",
+				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", w.cfg.LateLimit))
 			break
 		}
 		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
 		// one window later. Give the slot back and ask again, so the log records what the provider sees.
-		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
 		if err := w.gate.Release(ctx, provider, j.ID, j.Cost); err != nil {
 			s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
 			return
 		}
-		if try == maxLateTries {
-			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after the slot %d times (limit %s)", s.late, try, w.cfg.LateLimit))
-			return
-		}
 	}
 	if wait := w.pausedFor(provider); wait > 0 {
+		if !v.Duplicate {
+			_ = w.gate.Release(ctx, provider, j.ID, j.Cost) // unused: give it back (best effort)
+		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
 	}
@@ -267,6 +281,10 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	switch {
 	case err == nil:
 		s.ack(ctx)
+	case ctx.Err() != nil:
+		// The shutdown timeout cut the request short: the provider may or may not have it. Not a failed
+		// attempt; the job goes back, and its idempotency key makes the retry safe.
+		s.requeue(ctx)
 	case errors.As(err, &thr):
 		w.pause(ctx, provider, thr.RetryAfter)
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -308,5 +309,70 @@ func TestShutdownSettlesOrRequeues(t *testing.T) {
 	}
 	if acked < 2 || acked+h.broker.Pending("acme") != jobs {
 		t.Fatalf("acked %d, requeued %d, pending %d of %d: a job went missing", acked, requeued, h.broker.Pending("acme"), jobs)
+	}
+}
+
+// Found in review: a late duplicate must not release its entry (it belongs to a request the first
+// delivery sent), and a worker that is always late still makes progress instead of stalling.
+func TestLatenessGuardEdges(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, LateLimit: time.Nanosecond},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 2, Window: time.Hour}}, handler: status(200, "")})
+	ctx := context.Background()
+	if _, err := h.gate.Allow(ctx, "acme", "sent", 1); err != nil { // the first delivery's admission
+		t.Fatal(err)
+	}
+	got := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("sent", "acme")) })
+	if got.Kind != "ack" {
+		t.Fatalf("redelivered duplicate: %+v", got)
+	}
+	st, err := h.gate.Status(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Units != 1 {
+		t.Fatalf("the duplicate released its entry: %d units in the log, want 1", st.Units)
+	}
+	// Every wake-up is "late" (limit 1ns): after re-reserving, the job goes anyway, once.
+	got = h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("fresh", "acme")) })
+	if got.Kind != "ack" || h.calls["acme"].Load() != 2 {
+		t.Fatalf("always-late job: %+v, provider calls %d", got, h.calls["acme"].Load())
+	}
+	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 2 {
+		t.Fatalf("%d units after the late job, want 2 (its re-reservations released the earlier ones)", st.Units)
+	}
+}
+
+// Found in review: a dispatch cut short by the shutdown timeout is not a failed attempt; the job goes
+// back to its queue.
+func TestShutdownTimeoutIsNotAnAttempt(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	started := make(chan struct{}, 1)
+	hang := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // the server notices the client leaving only once it read the body
+		started <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, Concurrency: 1, MaxAttempts: 8, ShutdownTimeout: 200 * time.Millisecond},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 10, Window: time.Second}}, handler: hang})
+	if err := h.broker.PublishAged("acme", body("last-try", "acme"), 7, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- h.worker.Run(ctx, h.broker) }()
+	<-started
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := h.broker.Settled()
+	if len(s) != 1 || s[0].Kind != "requeue" || h.broker.Pending("acme") != 1 {
+		t.Fatalf("settled %+v, pending %d: want the job requeued, not dead-lettered as exhausted", s, h.broker.Pending("acme"))
 	}
 }

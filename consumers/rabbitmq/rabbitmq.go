@@ -3,8 +3,8 @@
 // Topology, declared idempotently on every (re)connect; names derive from the exchange name X:
 //
 //	X                 direct exchange, durable; jobs are published with routing key = provider
-//	X.<provider>      quorum queue bound by the provider's name; poison messages redelivered more than
-//	                  50 times are dead-lettered to X.dead by RabbitMQ itself (x-delivery-limit)
+//	X.<provider>      quorum queue bound by the provider's name; a message redelivered more than 1000
+//	                  times is dead-lettered to X.dead by RabbitMQ itself (x-delivery-limit)
 //	X.delay.<tier>    fanout exchange and quorum queue with x-message-ttl = tier, dead-lettering back to X
 //	                  at least once, keeping the provider routing key
 //	X.dead            quorum queue of dead letters, with x-paygate-* headers saying why
@@ -41,7 +41,9 @@ const (
 	HeaderError     = consumers.HeaderError
 	HeaderNotBefore = consumers.HeaderNotBefore
 	headerPublishID = "x-paygate-publish-id" // correlates a basic.return with its publish
-	deliveryLimit   = 50
+	// deliveryLimit breaks a loop of redeliveries (a job that kills its worker every time). Every requeue
+	// counts, shutdowns included, so it is far above what restarts and publish failures add up to.
+	deliveryLimit = 1000
 )
 
 // Options configure the adapter.
@@ -81,7 +83,7 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	b := &Broker{o: o, cancel: cancel}
 	b.consume = newSession("consume "+o.Exchange, o.URL, o.Log, b.declare)
 	b.publish = newSession("publish "+o.Exchange, o.URL, o.Log, nil)
-	b.pub = &publisher{s: b.publish, returned: map[string]bool{}}
+	b.pub = &publisher{s: b.publish}
 	for _, s := range []*session{b.consume, b.publish} {
 		b.wg.Go(func() { s.run(life) })
 	}
@@ -196,6 +198,9 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 	if err != nil {
 		return err
 	}
+	if err := b.declare(conn); err != nil { // idempotent; restores a queue deleted under us
+		return err
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -227,7 +232,8 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 		case err := <-closed:
 			return fmt.Errorf("channel closed: %v", err)
 		case <-cancelled:
-			return errors.New("consumer cancelled by the broker")
+			ch.Close() // its deliveries cannot be acked any more; they are redelivered
+			return errors.New("consumer cancelled by the broker (queue deleted?)")
 		case <-ctx.Done():
 		}
 		// Stopping: no new deliveries; what the broker already sent goes back to the queue. Bounded, so
@@ -360,17 +366,27 @@ func headerInt(h amqp.Table, key string) (int64, bool) {
 }
 
 // publisher publishes on a confirm-mode channel of the publishing connection, reopened as needed.
+//
+// A mandatory message that no queue takes comes back (basic.return) before its ack. amqp091-go delivers
+// returns and confirms on separate channels; one goroutine reads both from unbuffered channels, so it
+// sees the return of a publish before its confirm, and it resolves each publish by its delivery tag.
 type publisher struct {
-	s        *session
-	mu       sync.Mutex
-	ch       *amqp.Channel
-	retMu    sync.Mutex
-	returned map[string]bool
+	s  *session
+	mu sync.Mutex // guards ch; held while publishing so delivery tags and waiters line up
+	ch *amqp.Channel
+	// waiting maps a delivery tag to its publish's outcome; wmu is only ever held briefly, so settle
+	// never waits for a publish in progress.
+	wmu     sync.Mutex
+	waiting map[uint64]*pending
+}
+
+type pending struct {
+	id       string // x-paygate-publish-id, to match a return
+	returned bool
+	done     chan error
 }
 
 func (p *publisher) channel(ctx context.Context) (*amqp.Channel, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.ch != nil && !p.ch.IsClosed() {
 		return p.ch, nil
 	}
@@ -386,50 +402,94 @@ func (p *publisher) channel(ctx context.Context) (*amqp.Channel, error) {
 		ch.Close()
 		return nil, err
 	}
-	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
-	go func() {
-		for r := range returns {
-			if id, ok := r.Headers[headerPublishID].(string); ok {
-				p.retMu.Lock()
-				p.returned[id] = true
-				p.retMu.Unlock()
-			}
-		}
-	}()
-	p.ch = ch
+	returns := ch.NotifyReturn(make(chan amqp.Return))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
+	waiting := map[uint64]*pending{}
+	p.wmu.Lock()
+	p.ch, p.waiting = ch, waiting
+	p.wmu.Unlock()
+	go p.settle(returns, confirms, waiting)
 	return ch, nil
 }
 
-func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
-	ch, err := p.channel(ctx)
-	if err != nil {
-		return err
+// settle resolves the publishes of one channel; when the channel closes, those still waiting fail.
+func (p *publisher) settle(returns <-chan amqp.Return, confirms <-chan amqp.Confirmation, waiting map[uint64]*pending) {
+	returned := map[string]bool{}
+	for returns != nil || confirms != nil {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			if id, isString := r.Headers[headerPublishID].(string); isString {
+				returned[id] = true
+			}
+		case c, ok := <-confirms:
+			if !ok {
+				confirms = nil
+				continue
+			}
+			p.wmu.Lock()
+			w := waiting[c.DeliveryTag]
+			delete(waiting, c.DeliveryTag)
+			p.wmu.Unlock()
+			if w == nil {
+				continue
+			}
+			switch {
+			case returned[w.id]:
+				delete(returned, w.id)
+				w.done <- errors.New("no queue is bound for it (returned)")
+			case !c.Ack:
+				w.done <- errors.New("broker refused the message (nack)")
+			default:
+				w.done <- nil
+			}
+		}
 	}
-	id := randomID()
+	p.wmu.Lock()
+	for tag, w := range waiting {
+		delete(waiting, tag)
+		w.done <- errors.New("channel closed before the broker confirmed")
+	}
+	p.wmu.Unlock()
+}
+
+func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	w := &pending{id: randomID(), done: make(chan error, 1)}
 	if msg.Headers == nil {
 		msg.Headers = amqp.Table{}
 	}
-	msg.Headers[headerPublishID] = id
-	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	msg.Headers[headerPublishID] = w.id
+	p.mu.Lock()
+	ch, err := p.channel(ctx)
 	if err != nil {
+		p.mu.Unlock()
 		return err
 	}
-	ok, err := dc.WaitContext(ctx)
-	if err != nil {
+	tag := ch.GetNextPublishSeqNo()
+	p.wmu.Lock()
+	waiting := p.waiting
+	waiting[tag] = w
+	p.wmu.Unlock()
+	if err := ch.PublishWithContext(ctx, exchange, key, true, false, msg); err != nil {
+		p.wmu.Lock()
+		delete(waiting, tag)
+		p.wmu.Unlock()
+		p.mu.Unlock()
 		return err
 	}
-	if !ok {
-		return errors.New("broker refused the message (nack)")
+	p.mu.Unlock()
+	select {
+	case err := <-w.done:
+		if err != nil {
+			return fmt.Errorf("%q %q: %w", exchange, key, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err() // unconfirmed: the caller does not ack the original
 	}
-	// A mandatory message that no queue took comes back (basic.return) before its ack.
-	p.retMu.Lock()
-	returned := p.returned[id]
-	delete(p.returned, id)
-	p.retMu.Unlock()
-	if returned {
-		return fmt.Errorf("no queue is bound for routing key %q on %q", key, exchange)
-	}
-	return nil
 }
 
 // session keeps one AMQP connection alive: it dials, runs onConnect (topology), and redials with
@@ -445,13 +505,15 @@ type session struct {
 	up      chan struct{} // closed while conn is usable
 	lastErr error
 	blocked bool
+	stopped chan struct{} // closed when run has returned
 }
 
 func newSession(name, url string, log *zap.Logger, onConnect func(*amqp.Connection) error) *session {
-	return &session{name: name, url: url, log: log, onConnect: onConnect, up: make(chan struct{})}
+	return &session{name: name, url: url, log: log, onConnect: onConnect, up: make(chan struct{}), stopped: make(chan struct{})}
 }
 
 func (s *session) run(ctx context.Context) {
+	defer close(s.stopped)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		conn, err := amqp.DialConfig(s.url, amqp.Config{
 			Heartbeat:  10 * time.Second,
@@ -516,8 +578,18 @@ func (s *session) get(ctx context.Context) (*amqp.Connection, error) {
 		if conn != nil && !conn.IsClosed() {
 			return conn, nil
 		}
+		wait := (<-chan time.Time)(nil)
+		if conn != nil { // closed, and the supervisor has not noticed yet: look again shortly
+			wait = time.After(10 * time.Millisecond)
+		}
 		select {
 		case <-up:
+			if conn != nil {
+				<-wait
+			}
+		case <-wait:
+		case <-s.stopped:
+			return nil, fmt.Errorf("rabbitmq %s connection closed", s.name)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

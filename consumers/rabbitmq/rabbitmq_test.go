@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +217,33 @@ func closeConnections(t *testing.T, name string) {
 	}
 	if closed == 0 {
 		t.Fatalf("no connection named %q:\n%s", name, out)
+	}
+}
+
+// Found in review: a publish nobody can receive must fail, never pass for confirmed (its original would
+// be acked and the job lost). Concurrent publishes to a routing key no queue binds, and to one that does.
+func TestUnroutablePublishFails(t *testing.T) {
+	br, x := open(t)
+	ctx := context.Background()
+	const n = 200
+	errs := make(chan error, 2*n)
+	for i := range n {
+		go func() { errs <- br.Publish(ctx, "ghost", []byte("x")) }()
+		go func() { errs <- br.Publish(ctx, "acme", []byte(`{"i":`+strconv.Itoa(i)+`}`)) }()
+	}
+	failed := 0
+	for range 2 * n {
+		if err := <-errs; err != nil {
+			if !strings.Contains(err.Error(), "returned") {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			failed++
+		}
+	}
+	if failed != n {
+		t.Fatalf("%d of %d unroutable publishes failed, want all of them and none of the routable ones", failed, n)
+	}
+	if got := len(getAll(t, x+".acme", n)); got != n {
+		t.Fatalf("%d routable messages arrived, want %d", got, n)
 	}
 }

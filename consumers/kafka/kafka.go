@@ -32,16 +32,6 @@ import (
 	"github.com/paygate/paygate/consumers"
 )
 
-// The header names are consumers.Header*, the same on every broker.
-const (
-	HeaderAttempt   = consumers.HeaderAttempt
-	HeaderFirstSeen = consumers.HeaderFirstSeen
-	HeaderReason    = consumers.HeaderReason
-	HeaderError     = consumers.HeaderError
-	HeaderNotBefore = consumers.HeaderNotBefore
-	HeaderProvider  = consumers.HeaderProvider // where a retry record goes back to
-)
-
 // Options configure the adapter.
 type Options struct {
 	Brokers           []string
@@ -323,16 +313,16 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 // topic. It reports false when the context ended first.
 func (b *Broker) release(ctx context.Context, m kafkago.Message) bool {
 	h := headers(m.Headers)
-	if ms, err := strconv.ParseInt(h[HeaderNotBefore], 10, 64); err == nil {
+	if ms, err := strconv.ParseInt(h[consumers.HeaderNotBefore], 10, 64); err == nil {
 		if wait := time.Until(time.UnixMilli(ms)); wait > 0 && !consumers.Sleep(ctx, wait) {
 			return false
 		}
 	}
-	provider := h[HeaderProvider]
+	provider := h[consumers.HeaderProvider]
 	if !slices.Contains(b.o.Providers, provider) {
 		// Not ours to route: dead-letter it rather than lose or loop it.
-		h[HeaderReason] = string(consumers.ReasonInvalid)
-		h[HeaderError] = fmt.Sprintf("retry record for unknown provider %q", provider)
+		h[consumers.HeaderReason] = string(consumers.ReasonInvalid)
+		h[consumers.HeaderError] = fmt.Sprintf("retry record for unknown provider %q", provider)
 		return b.produce(ctx, b.dead(), m.Value, h) == nil
 	}
 	for ctx.Err() == nil {
@@ -454,12 +444,12 @@ var _ consumers.Delivery = (*delivery)(nil)
 func (d *delivery) Body() []byte { return d.m.Value }
 
 func (d *delivery) Attempt() int {
-	n, _ := strconv.Atoi(headers(d.m.Headers)[HeaderAttempt])
+	n, _ := strconv.Atoi(headers(d.m.Headers)[consumers.HeaderAttempt])
 	return max(n, 0)
 }
 
 func (d *delivery) FirstSeen() time.Time {
-	if ms, err := strconv.ParseInt(headers(d.m.Headers)[HeaderFirstSeen], 10, 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseInt(headers(d.m.Headers)[consumers.HeaderFirstSeen], 10, 64); err == nil && ms > 0 {
 		return time.UnixMilli(ms)
 	}
 	return d.received
@@ -488,8 +478,8 @@ func (d *delivery) Requeue(context.Context) error {
 
 func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, why error) error {
 	h := d.headers(attempt, why)
-	h[HeaderNotBefore] = strconv.FormatInt(time.Now().Add(after).UnixMilli(), 10)
-	h[HeaderProvider] = d.provider
+	h[consumers.HeaderNotBefore] = strconv.FormatInt(time.Now().Add(after).UnixMilli(), 10)
+	h[consumers.HeaderProvider] = d.provider
 	if err := d.b.produce(ctx, d.b.retry(consumers.Tier(d.b.o.DelayTiers, after)), d.m.Value, h); err != nil {
 		return fmt.Errorf("kafka: defer: %w", err) // uncommitted: read again later
 	}
@@ -498,8 +488,8 @@ func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, 
 
 func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, attempt int, why error) error {
 	h := d.headers(attempt, why)
-	h[HeaderReason] = string(reason)
-	h[HeaderProvider] = d.provider
+	h[consumers.HeaderReason] = string(reason)
+	h[consumers.HeaderProvider] = d.provider
 	if err := d.b.produce(ctx, d.b.dead(), d.m.Value, h); err != nil {
 		return fmt.Errorf("kafka: dead-letter: %w", err)
 	}
@@ -508,11 +498,11 @@ func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, atte
 
 func (d *delivery) headers(attempt int, why error) map[string]string {
 	h := headers(d.m.Headers)
-	h[HeaderAttempt] = strconv.Itoa(attempt)
-	h[HeaderFirstSeen] = strconv.FormatInt(d.FirstSeen().UnixMilli(), 10)
-	delete(h, HeaderNotBefore)
+	h[consumers.HeaderAttempt] = strconv.Itoa(attempt)
+	h[consumers.HeaderFirstSeen] = strconv.FormatInt(d.FirstSeen().UnixMilli(), 10)
+	delete(h, consumers.HeaderNotBefore)
 	if why != nil {
-		h[HeaderError] = consumers.ErrorText(why)
+		h[consumers.HeaderError] = consumers.ErrorText(why)
 	}
 	return h
 }

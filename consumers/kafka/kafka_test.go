@@ -88,8 +88,8 @@ func readDead(t *testing.T, bs []string, topic string, want int) []conformance.D
 			for _, x := range m.Headers {
 				h[x.Key] = string(x.Value)
 			}
-			attempt, _ := strconv.Atoi(h[kafka.HeaderAttempt])
-			out = append(out, conformance.DeadLetter{Body: m.Value, Reason: consumers.Reason(h[kafka.HeaderReason]), Error: h[kafka.HeaderError], Attempt: attempt})
+			attempt, _ := strconv.Atoi(h[consumers.HeaderAttempt])
+			out = append(out, conformance.DeadLetter{Body: m.Value, Reason: consumers.Reason(h[consumers.HeaderReason]), Error: h[consumers.HeaderError], Attempt: attempt})
 		}
 		cancel()
 		r.Close()

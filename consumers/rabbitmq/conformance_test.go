@@ -37,9 +37,9 @@ func TestConformance(t *testing.T) {
 				for _, m := range getAll(t, x+".dead", want) {
 					out = append(out, conformance.DeadLetter{
 						Body:    m.Body,
-						Reason:  consumers.Reason(fmt.Sprint(m.Headers[rabbitmq.HeaderReason])),
-						Error:   fmt.Sprint(m.Headers[rabbitmq.HeaderError]),
-						Attempt: int(m.Headers[rabbitmq.HeaderAttempt].(int64)),
+						Reason:  consumers.Reason(fmt.Sprint(m.Headers[consumers.HeaderReason])),
+						Error:   fmt.Sprint(m.Headers[consumers.HeaderError]),
+						Attempt: int(m.Headers[consumers.HeaderAttempt].(int64)),
 					})
 				}
 				return out

@@ -33,13 +33,8 @@ import (
 	"github.com/paygate/paygate/consumers"
 )
 
-// The header names are consumers.Header*, the same on every broker.
+// Header names are consumers.Header*, the same on every broker.
 const (
-	HeaderAttempt   = consumers.HeaderAttempt
-	HeaderFirstSeen = consumers.HeaderFirstSeen
-	HeaderReason    = consumers.HeaderReason
-	HeaderError     = consumers.HeaderError
-	HeaderNotBefore = consumers.HeaderNotBefore
 	headerPublishID = "x-paygate-publish-id" // correlates a basic.return with its publish
 	// deliveryLimit breaks a loop of redeliveries (a job that kills its worker every time). Every requeue
 	// counts, shutdowns included, so it is far above what restarts and publish failures add up to.
@@ -282,12 +277,12 @@ func (b *Broker) wrap(m amqp.Delivery, provider string) consumers.Delivery {
 func (d *delivery) Body() []byte { return d.m.Body }
 
 func (d *delivery) Attempt() int {
-	n, _ := headerInt(d.m.Headers, HeaderAttempt)
+	n, _ := headerInt(d.m.Headers, consumers.HeaderAttempt)
 	return int(max(n, 0))
 }
 
 func (d *delivery) FirstSeen() time.Time {
-	if ms, ok := headerInt(d.m.Headers, HeaderFirstSeen); ok && ms > 0 {
+	if ms, ok := headerInt(d.m.Headers, consumers.HeaderFirstSeen); ok && ms > 0 {
 		return time.UnixMilli(ms)
 	}
 	return d.received
@@ -300,13 +295,13 @@ func (d *delivery) Requeue(context.Context) error { return d.m.Nack(false, true)
 func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, why error) error {
 	tier := consumers.Tier(d.b.o.DelayTiers, after)
 	h := d.headers(attempt, why)
-	h[HeaderNotBefore] = time.Now().Add(after).UnixMilli()
+	h[consumers.HeaderNotBefore] = time.Now().Add(after).UnixMilli()
 	return d.republish(ctx, d.b.delay(tier), d.provider, h)
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, attempt int, why error) error {
 	h := d.headers(attempt, why)
-	h[HeaderReason] = string(reason)
+	h[consumers.HeaderReason] = string(reason)
 	return d.republish(ctx, "", d.b.dead(), h)
 }
 
@@ -332,10 +327,10 @@ func (d *delivery) headers(attempt int, why error) amqp.Table {
 			h[k] = v
 		}
 	}
-	h[HeaderAttempt] = int64(attempt)
-	h[HeaderFirstSeen] = d.FirstSeen().UnixMilli()
+	h[consumers.HeaderAttempt] = int64(attempt)
+	h[consumers.HeaderFirstSeen] = d.FirstSeen().UnixMilli()
 	if why != nil {
-		h[HeaderError] = consumers.ErrorText(why)
+		h[consumers.HeaderError] = consumers.ErrorText(why)
 	}
 	return h
 }

@@ -130,8 +130,8 @@ func TestDeadLetterHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := getOne(t, x+".dead")
-	if m.Headers[rabbitmq.HeaderReason] != "invalid" || m.Headers[rabbitmq.HeaderError] != "body is not JSON" ||
-		m.Headers[rabbitmq.HeaderAttempt] != int64(0) || m.Headers[rabbitmq.HeaderFirstSeen] == nil || string(m.Body) != "not json" {
+	if m.Headers[consumers.HeaderReason] != "invalid" || m.Headers[consumers.HeaderError] != "body is not JSON" ||
+		m.Headers[consumers.HeaderAttempt] != int64(0) || m.Headers[consumers.HeaderFirstSeen] == nil || string(m.Body) != "not json" {
 		t.Fatalf("dead letter %q headers %v", m.Body, m.Headers)
 	}
 }

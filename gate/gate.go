@@ -147,12 +147,6 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Policies returns the policies the gate enforces for a provider.
-func (l *Limiter) Policies(providerName string) ([]Policy, bool) {
-	p, ok := l.providers[providerName]
-	return append([]Policy(nil), p.policies...), ok
-}
-
 // Verdict is the gate's answer for one job. Being denied is a verdict, not an error.
 type Verdict struct {
 	// Allowed reports that the job holds a slot: dispatch it after Delay.

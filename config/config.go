@@ -137,7 +137,9 @@ const (
 	DefaultRetryAfterMax     = time.Hour
 )
 
-func (pr *Provider) applyDefaults() {
+// WithDefaults returns the provider with the documented defaults in the keys it leaves out. Load applies
+// it; code that builds a Provider itself (tests, the demo) gets the same defaults by calling it.
+func (pr Provider) WithDefaults() Provider {
 	if pr.Method == "" {
 		pr.Method = DefaultMethod
 	}
@@ -151,6 +153,7 @@ func (pr *Provider) applyDefaults() {
 	if pr.RetryAfterMax == 0 {
 		pr.RetryAfterMax = DefaultRetryAfterMax
 	}
+	return pr
 }
 
 // Limit is one window: at most Requests units of cost per Per.
@@ -235,8 +238,7 @@ func Load(path string) (*Config, error) {
 		}
 	}
 	for name, pr := range c.Providers {
-		pr.applyDefaults()
-		c.Providers[name] = pr
+		c.Providers[name] = pr.WithDefaults()
 	}
 	if err := c.Validate(); err != nil {
 		// A field that did not decode is zero; do not report it twice.

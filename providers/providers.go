@@ -134,9 +134,11 @@ type Options struct {
 	Now func() time.Time
 }
 
-// New builds the client for provider name from its config. The auth secret is read from the environment
-// variable the config names; an unset variable is an error (naming the variable, not the secret).
+// New builds the client for provider name from its config (keys left out take config's defaults). The
+// auth secret is read from the environment variable the config names; an unset variable is an error
+// (naming the variable, not the secret).
 func New(name string, c config.Provider, o Options) (*Client, error) {
+	c = c.WithDefaults()
 	secret := ""
 	if c.AuthHeader != "" {
 		secret = config.Secret(c.AuthEnv)
@@ -182,18 +184,7 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		log:        o.Logger,
 		now:        o.Now,
 	}
-	if cl.method == "" {
-		cl.method = config.DefaultMethod
-	}
-	if cl.idemHeader == "" {
-		cl.idemHeader = config.DefaultIdempotencyHeader
-	}
-	if cl.raDefault <= 0 {
-		cl.raDefault = config.DefaultRetryAfter
-	}
-	if cl.raMax < cl.raDefault {
-		cl.raMax = max(config.DefaultRetryAfterMax, cl.raDefault)
-	}
+	cl.raMax = max(cl.raMax, cl.raDefault) // Validate refuses the opposite; a hand-built config may not
 	if cl.log == nil {
 		cl.log = zap.NewNop()
 	}

@@ -193,9 +193,6 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 	if err != nil {
 		return err
 	}
-	if err := b.declare(conn); err != nil { // idempotent; restores a queue deleted under us
-		return err
-	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -228,7 +225,12 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 			return fmt.Errorf("channel closed: %v", err)
 		case <-cancelled:
 			ch.Close() // its deliveries cannot be acked any more; they are redelivered
-			return errors.New("consumer cancelled by the broker (queue deleted?)")
+			// The session declares the topology on every connect; a cancel on a live connection means a
+			// queue was deleted under us, so put it back before consuming again.
+			if err := b.declare(conn); err != nil {
+				return fmt.Errorf("consumer cancelled by the broker; redeclare: %w", err)
+			}
+			return errors.New("consumer cancelled by the broker (queue deleted?); topology redeclared")
 		case <-ctx.Done():
 		}
 		// Stopping: no new deliveries; what the broker already sent goes back to the queue. Bounded, so

@@ -247,3 +247,40 @@ func TestUnroutablePublishFails(t *testing.T) {
 		t.Fatalf("%d routable messages arrived, want %d", got, n)
 	}
 }
+
+// The queue is deleted under a running consumer (the broker cancels it): the adapter redeclares the
+// topology and consumes again.
+func TestQueueDeletedUnderConsumer(t *testing.T) {
+	br, x := open(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, _ := br.Consume(ctx, "acme")
+	if err := br.Publish(ctx, "acme", []byte(`{"id":"before"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := next(t, stream, 5*time.Second).Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(amqpURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(x+".acme", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for br.Publish(ctx, "acme", []byte(`{"id":"after"}`)) != nil { // returned until the queue is back
+		if time.Now().After(deadline) {
+			t.Fatal("queue not redeclared within 15s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d := next(t, stream, 10*time.Second); string(d.Body()) != `{"id":"after"}` {
+		t.Fatalf("after redeclare: %s", d.Body())
+	}
+}

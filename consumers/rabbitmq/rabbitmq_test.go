@@ -138,26 +138,11 @@ func TestDeadLetterHeaders(t *testing.T) {
 
 func getOne(t *testing.T, queue string) amqp.Delivery {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
-	if err != nil {
-		t.Fatal(err)
+	ms := getAll(t, queue, 1)
+	if len(ms) == 0 {
+		t.Fatalf("nothing in %s", queue)
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		m, ok, err := ch.Get(queue, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			return m
-		}
-	}
-	t.Fatalf("nothing in %s", queue)
-	return amqp.Delivery{}
+	return ms[0]
 }
 
 // The server closes the consuming connection (as rabbitmqctl close_all_connections would): the adapter

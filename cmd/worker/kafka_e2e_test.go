@@ -189,12 +189,5 @@ func TestKafkaFleetWithRebalance(t *testing.T) {
 	if len(l.accepted) != 500 || len(l.dead) != 3 {
 		t.Errorf("charged %d of 500, dead letters %d (want the 3 malformed)", len(l.accepted), len(l.dead))
 	}
-	for name, w := range map[string][]sim.Window{"alpha": alpha, "beta": beta} {
-		st := f.sims[name].Stats()
-		u := utilisation(st, w, f.margin)
-		t.Logf("%s: accepted %d, duplicates %d (re-reads absorbed), violations %d, utilisation %.3f", name, st.Accepted, st.Duplicates, st.Violations, u)
-		if st.Violations != 0 || st.BadRequests != 0 || u < 0.95 {
-			t.Errorf("%s: %+v, utilisation %.3f", name, st, u)
-		}
-	}
+	f.checkReferees(map[string][]sim.Window{"alpha": alpha, "beta": beta}, 0.95)
 }

@@ -237,14 +237,14 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			return
 		}
 		// Redis chose the slot at its "now", somewhere between asking and the answer. Sleeping Delay from
-		// the answer is never early; lateness is the oversleep plus half the round trip (the expected
-		// offset of Redis's "now"), so a slow Redis counts without every job being late by the whole trip.
-		answered := time.Now()
+		// the answer is never early; lateness counts from the earliest the slot can be (asking + Delay), so
+		// a slow round trip to Redis counts in full. If that keeps every job late, the fallback below
+		// sends it anyway after maxLateTries, so nothing stalls.
 		if !Sleep(ctx, v.Delay) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
 		}
-		s.late = time.Since(answered.Add(v.Delay)) + answered.Sub(asked)/2
+		s.late = time.Since(asked.Add(v.Delay))
 		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
 		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit || v.Duplicate {
 			// A duplicate's entry belongs to a request already sent (or being sent) by the first delivery:

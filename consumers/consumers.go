@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -229,10 +230,11 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		return
 	}
 	var v gate.Verdict
+	gid := GateID(j.ID, s.attempt)
 	for try := 1; ; try++ {
 		var err error
 		asked := time.Now()
-		v, err = w.gate.Reserve(ctx, provider, j.ID, j.Cost, w.cfg.MaxInlineWait)
+		v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
 		if !w.admitted(ctx, &s, v, err) {
 			return
 		}
@@ -261,14 +263,14 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
 		// one window later. Give the slot back and ask again, so the log records what the provider sees.
-		if err := w.gate.Release(ctx, provider, j.ID, j.Cost); err != nil {
+		if err := w.gate.Release(ctx, provider, gid, j.Cost); err != nil {
 			s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
 			return
 		}
 	}
 	if wait := w.pausedFor(provider); wait > 0 {
 		if !v.Duplicate {
-			_ = w.gate.Release(ctx, provider, j.ID, j.Cost) // unused: give it back (best effort)
+			_ = w.gate.Release(ctx, provider, gid, j.Cost) // unused: give it back (best effort)
 		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
@@ -286,6 +288,11 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// attempt; the job goes back, and its idempotency key makes the retry safe.
 		s.requeue(ctx)
 	case errors.As(err, &thr):
+		// The provider refused the request without counting it: its unit goes back, so the retry's new
+		// request gets a new slot (a duplicate's entry may stand for an earlier request it did count).
+		if !v.Duplicate {
+			_ = w.gate.Release(ctx, provider, gid, j.Cost)
+		}
 		w.pause(ctx, provider, thr.RetryAfter)
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
 	case errors.Is(err, providers.ErrPermanent):
@@ -299,6 +306,19 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		s.deferFor(ctx, providers.Backoff(s.attempt, w.cfg.BackoffBase, w.cfg.BackoffMax), "transient", err)
 	}
+}
+
+// GateID is a job's member in the gate's log for one attempt (transient failures so far). A retry after a
+// failed request takes a unit of its own: the provider may have counted the failed request (a 5xx or a
+// timeout says nothing certain), and the retry is a new request at a new time, which the entry of the
+// failed one, at its old slot, would not cover. Redeliveries of the same attempt (a crash, a lost ack)
+// share the id, so the gate admits them as duplicates. Job ids have no control characters, so the
+// separator cannot collide with another job's id.
+func GateID(jobID string, attempt int) string {
+	if attempt == 0 {
+		return jobID
+	}
+	return jobID + "\x1f" + strconv.Itoa(attempt)
 }
 
 // maxLateTries bounds how often a job that keeps waking late re-reserves before it is deferred.

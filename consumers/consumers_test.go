@@ -22,6 +22,7 @@ import (
 	"github.com/paygate/paygate/consumers/memory"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/providers"
+	"github.com/paygate/paygate/providers/sim"
 )
 
 func redisAddr() string {
@@ -77,7 +78,8 @@ func newHarness(t *testing.T, rdb redis.UniversalClient, cfg consumers.Config, p
 		}
 		dispatch[p.name] = cl
 	}
-	l, err := gate.New(rdb, gate.Options{Prefix: prefix(), Providers: policies})
+	// As in the worker: the late limit is half the gate's margin.
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix(), Providers: policies, Margin: 2 * cfg.LateLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,5 +376,72 @@ func TestShutdownTimeoutIsNotAnAttempt(t *testing.T) {
 	s := h.broker.Settled()
 	if len(s) != 1 || s[0].Kind != "requeue" || h.broker.Pending("acme") != 1 {
 		t.Fatalf("settled %+v, pending %d: want the job requeued, not dead-lettered as exhausted", s, h.broker.Pending("acme"))
+	}
+}
+
+// A retry after a failed request is a new request at a new time: it must take a unit of its own. The
+// referee (the strict simulator, 1 per second) fails job a's first request with a 500; a's retry, 300ms
+// later, and then b must each be a full window apart from every accepted request. Reusing a's entry (a
+// duplicate at its old slot) would send the retry at once and b one window after the failed request:
+// 2 accepted within one second.
+func TestRetryAfterFailureTakesItsOwnUnit(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	ref, err := sim.New(sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Bool
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 3 * time.Second, LateLimit: 15 * time.Millisecond},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 1, Window: time.Second}}, handler: func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Idempotency-Key") == "a" && !failed.Swap(true) {
+				status(500, "")(w, r)
+				return
+			}
+			ref.ServeHTTP(w, r)
+		}})
+	first := h.handleOne("acme", func() error { return h.broker.Publish(context.Background(), "acme", body("a", "acme")) })
+	if first.Kind != "defer" || first.Attempt != 1 {
+		t.Fatalf("a's failed request settled %+v, want a deferral as attempt 1", first)
+	}
+	time.Sleep(300 * time.Millisecond) // the retry comes back from a delay tier, well past the margin
+	for _, s := range []struct {
+		id      string
+		attempt int
+	}{{"a", 1}, {"b", 0}} {
+		got := h.handleOne("acme", func() error {
+			return h.broker.PublishAged("acme", body(s.id, "acme"), s.attempt, time.Now())
+		})
+		if got.Kind != "ack" {
+			t.Fatalf("%s settled %+v, want ack", s.id, got)
+		}
+	}
+	if st := ref.Stats(); st.Accepted != 2 || st.Violations != 0 {
+		t.Fatalf("referee saw %d accepted, %d violations; want 2 and 0", st.Accepted, st.Violations)
+	}
+}
+
+// A 429 is a refusal the provider did not count: the job's unit goes back to the budget.
+func TestThrottleReleasesTheUnit(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 5, Window: time.Minute}}, handler: status(429, "1")})
+	h.handleOne("acme", func() error { return h.broker.Publish(context.Background(), "acme", body("a", "acme")) })
+	st, err := h.gate.Status(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Policies[0].Used; used != 0 {
+		t.Fatalf("after a 429 the log holds %d units, want 0 (released)", used)
+	}
+}
+
+func TestGateID(t *testing.T) {
+	if got := consumers.GateID("pay-1", 0); got != "pay-1" {
+		t.Fatalf("attempt 0: %q, want the job id", got)
+	}
+	if a, b := consumers.GateID("pay-1", 1), consumers.GateID("pay-1", 2); a == b || a == "pay-1" || !strings.HasPrefix(a, "pay-1") {
+		t.Fatalf("attempts 1 and 2: %q %q, want distinct ids of their own", a, b)
 	}
 }

@@ -23,8 +23,9 @@ import (
 )
 
 const (
-	// MaxIDLen is the longest job id the gate accepts, in bytes.
-	MaxIDLen = 128
+	// MaxIDLen is the longest job id the gate accepts, in bytes: a job id of 128 characters of up to 4
+	// bytes each, with room for the worker's attempt suffix.
+	MaxIDLen = 600
 	// MaxWindow is the longest policy window.
 	MaxWindow = 366 * 24 * time.Hour
 	// MaxHorizon caps a max wait and a pause: longer ones mean "indefinitely" and are cut to it, which

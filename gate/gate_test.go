@@ -475,8 +475,8 @@ func TestInputValidation(t *testing.T) {
 		want     string
 	}{
 		{"unknown provider", "nope", "a", 1, 0, `gate: unknown provider "nope"`},
-		{"empty id", prov, "", 1, 0, "gate: job id must be 1..128 bytes, got 0"},
-		{"long id", prov, strings.Repeat("x", 129), 1, 0, "gate: job id must be 1..128 bytes, got 129"},
+		{"empty id", prov, "", 1, 0, "gate: job id must be 1..600 bytes, got 0"},
+		{"long id", prov, strings.Repeat("x", 601), 1, 0, "gate: job id must be 1..600 bytes, got 601"},
 		{"NUL in id", prov, "a\x00b", 1, 0, "gate: job id must not contain NUL"},
 		{"zero cost", prov, "a", 0, 0, "gate: cost must be 1..3 for provider acme, got 0"},
 		{"cost above smallest limit", prov, "a", 4, 0, "gate: cost must be 1..3 for provider acme, got 4"},

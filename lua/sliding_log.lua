@@ -5,7 +5,7 @@
 --                                                k-th (k >= 2; job ids never contain NUL)
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 --
--- ARGV[1] -> job id (1..128 bytes, no NUL)
+-- ARGV[1] -> job id (1..600 bytes, no NUL)
 -- ARGV[2] -> cost: integer >= 1 and <= every limit
 -- ARGV[3] -> max wait µs: the latest acceptable slot is now + max wait (0: now or never)
 -- ARGV[4] -> margin µs, added to every window

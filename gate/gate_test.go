@@ -671,3 +671,66 @@ func TestRelease(t *testing.T) {
 		}
 	})
 }
+
+// The demo's embedded Redis must give the real gate's answers: one seeded sequence of reservations,
+// duplicates, releases and pauses, each made on real Redis and on the embedded one in turn, must get the
+// same verdicts (delays within the few milliseconds between the two calls).
+func TestEmbeddedAgreesWithRedis(t *testing.T) {
+	real := backends(t)[0].rdb
+	emb := embedded(t).rdb
+	policies := []gate.Policy{{Limit: 4, Window: 10 * time.Second}, {Limit: 7, Window: time.Minute}}
+	lr, le := newLimiter(t, real, 5*time.Millisecond, policies...), newLimiter(t, emb, 5*time.Millisecond, policies...)
+	rng := rand.New(rand.NewPCG(7, 11))
+	ctx := context.Background()
+	const slack = 50 * time.Millisecond
+	near := func(a, b time.Duration) bool { return a-b < slack && b-a < slack }
+	for i := range 300 {
+		id := fmt.Sprint("job-", rng.IntN(40))
+		cost := int64(1 + rng.IntN(2))
+		switch op := rng.IntN(10); {
+		case op == 0:
+			if err := lr.Release(ctx, prov, id, cost); err != nil {
+				t.Fatal(err)
+			}
+			if err := le.Release(ctx, prov, id, cost); err != nil {
+				t.Fatal(err)
+			}
+		case op == 1 && i%50 == 1:
+			until := time.Now().Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+			if err := lr.Pause(ctx, prov, until); err != nil {
+				t.Fatal(err)
+			}
+			if err := le.Pause(ctx, prov, until); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			// Slots fall ~0, ~3s (pauses), ~10s, ~60s or ~70s out: no max wait is within a second of one.
+			wait := []time.Duration{0, 5 * time.Second, 30 * time.Second, 65 * time.Second}[rng.IntN(4)]
+			vr, err := lr.Reserve(ctx, prov, id, cost, wait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ve, err := le.Reserve(ctx, prov, id, cost, wait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vr.Allowed != ve.Allowed || vr.Duplicate != ve.Duplicate || vr.Paused != ve.Paused ||
+				vr.Remaining != ve.Remaining || vr.Policy != ve.Policy || !near(vr.Delay, ve.Delay) || !near(vr.RetryAfter, ve.RetryAfter) {
+				t.Fatalf("call %d (%s cost %d wait %s): real Redis %+v, embedded %+v", i, id, cost, wait, vr, ve)
+			}
+		}
+	}
+	sr, err := lr.Status(ctx, prov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	se, err := le.Status(ctx, prov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range sr.Policies {
+		if a, b := sr.Policies[i], se.Policies[i]; a.Used+a.Reserved != b.Used+b.Reserved || a.Remaining != b.Remaining {
+			t.Fatalf("status of policy %d: real Redis %+v, embedded %+v", i, a, b)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
@@ -54,10 +55,20 @@ func backends(t testing.TB) []backend {
 	return bs
 }
 
-// eachBackend runs fn as a parallel subtest against the single node and the cluster.
+// embedded is the demo's Redis (miniredis, in-process): the gate's suite runs on it too, so the demo's
+// answers are the real gate's.
+func embedded(t testing.TB) backend {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return backend{"embedded", rdb}
+}
+
+// eachBackend runs fn as a parallel subtest against the single node, the cluster and the embedded Redis.
 func eachBackend(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 	t.Helper()
-	for _, b := range backends(t) {
+	for _, b := range append(backends(t), embedded(t)) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, b.rdb)

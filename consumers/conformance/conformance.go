@@ -14,10 +14,11 @@ import (
 
 // DeadLetter is a dead-lettered message as an adapter stores it.
 type DeadLetter struct {
-	Body    []byte
-	Reason  consumers.Reason
-	Error   string
-	Attempt int
+	Body     []byte
+	Provider string // the x-paygate-provider header
+	Reason   consumers.Reason
+	Error    string
+	Attempt  int
 }
 
 // Harness is one isolated adapter instance (its own queues or topics) with the provider "acme".
@@ -151,7 +152,7 @@ func deadLetter(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	dead := h.DeadLetters(t, 1)
-	if len(dead) != 1 || string(dead[0].Body) != "not json" || dead[0].Reason != consumers.ReasonInvalid ||
+	if len(dead) != 1 || string(dead[0].Body) != "not json" || dead[0].Reason != consumers.ReasonInvalid || dead[0].Provider != provider ||
 		dead[0].Error != "body is not JSON" || dead[0].Attempt != 2 {
 		t.Fatalf("dead letters %+v", dead)
 	}

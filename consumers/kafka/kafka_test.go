@@ -89,7 +89,7 @@ func readDead(t *testing.T, bs []string, topic string, want int) []conformance.D
 				h[x.Key] = string(x.Value)
 			}
 			attempt, _ := strconv.Atoi(h[consumers.HeaderAttempt])
-			out = append(out, conformance.DeadLetter{Body: m.Value, Reason: consumers.Reason(h[consumers.HeaderReason]), Error: h[consumers.HeaderError], Attempt: attempt})
+			out = append(out, conformance.DeadLetter{Body: m.Value, Provider: h[consumers.HeaderProvider], Reason: consumers.Reason(h[consumers.HeaderReason]), Error: h[consumers.HeaderError], Attempt: attempt})
 		}
 		cancel()
 		r.Close()

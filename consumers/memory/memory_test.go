@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 				var out []conformance.DeadLetter
 				for _, s := range b.Settled() {
 					if s.Kind == "dead" {
-						out = append(out, conformance.DeadLetter{Body: s.Body, Reason: s.Reason, Error: s.Why.Error(), Attempt: s.Attempt})
+						out = append(out, conformance.DeadLetter{Body: s.Body, Provider: s.Provider, Reason: s.Reason, Error: s.Why.Error(), Attempt: s.Attempt})
 					}
 				}
 				return out

@@ -36,10 +36,11 @@ func TestConformance(t *testing.T) {
 				var out []conformance.DeadLetter
 				for _, m := range getAll(t, x+".dead", want) {
 					out = append(out, conformance.DeadLetter{
-						Body:    m.Body,
-						Reason:  consumers.Reason(fmt.Sprint(m.Headers[consumers.HeaderReason])),
-						Error:   fmt.Sprint(m.Headers[consumers.HeaderError]),
-						Attempt: int(m.Headers[consumers.HeaderAttempt].(int64)),
+						Body:     m.Body,
+						Provider: fmt.Sprint(m.Headers[consumers.HeaderProvider]),
+						Reason:   consumers.Reason(fmt.Sprint(m.Headers[consumers.HeaderReason])),
+						Error:    fmt.Sprint(m.Headers[consumers.HeaderError]),
+						Attempt:  int(m.Headers[consumers.HeaderAttempt].(int64)),
 					})
 				}
 				return out

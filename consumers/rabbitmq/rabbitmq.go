@@ -331,6 +331,7 @@ func (d *delivery) headers(attempt int, why error) amqp.Table {
 	}
 	h[consumers.HeaderAttempt] = int64(attempt)
 	h[consumers.HeaderFirstSeen] = d.FirstSeen().UnixMilli()
+	h[consumers.HeaderProvider] = d.provider
 	if why != nil {
 		h[consumers.HeaderError] = consumers.ErrorText(why)
 	}

@@ -67,6 +67,9 @@ type Options struct {
 	Seed uint64
 	// Now is the clock windows are kept with; nil: time.Now.
 	Now func() time.Time
+	// OnAccept, when set, is told of every accepted (charged) request, in order, under the provider's
+	// lock: it must be quick and must not call the provider.
+	OnAccept func(key string, at time.Time)
 }
 
 // Provider is the simulated provider, an http.Handler.
@@ -209,6 +212,9 @@ func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duratio
 		p.stats.FirstAccepted = &now
 	}
 	p.stats.LastAccepted = &now
+	if p.o.OnAccept != nil {
+		p.o.OnAccept(key, now)
+	}
 	resp, _ := json.Marshal(map[string]any{"status": "accepted", "idempotency_key": key, "accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
 	p.keys[key] = resp
 	return accept, resp, 0

@@ -72,6 +72,21 @@ func TestSequenceAndReplay(t *testing.T) {
 	}
 }
 
+// OnAccept hears of accepted requests only: not of refusals, replays or injected failures.
+func TestOnAccept(t *testing.T) {
+	var heard []string
+	p, c := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 2, Per: time.Second}},
+		OnAccept: func(key string, at time.Time) { heard = append(heard, fmt.Sprint(key, "@", at.Format("05.000"))) }})
+	for _, k := range []string{"a", "b", "c", "a"} {
+		post(t, p, k)
+	}
+	c.Advance(time.Second)
+	post(t, p, "c")
+	if got := fmt.Sprint(heard); got != "[a@00.000 b@00.000 c@01.000]" {
+		t.Fatalf("heard %s", got)
+	}
+}
+
 // The window is (t-per, t], to the nanosecond, on the simulator's own clock; Retry-After is whole seconds,
 // rounded up, and enough.
 func TestWindowBoundaries(t *testing.T) {

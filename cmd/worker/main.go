@@ -1,5 +1,6 @@
 // Command worker is paygate's single binary: the worker itself and the operator tools around it.
 //
+//	worker demo         [--duration D] [--workers N] [--jobs N] [--json] [--redis ADDR] [--rabbitmq URL | --kafka BROKERS]
 //	worker run          --config FILE
 //	worker enqueue      --config FILE (--provider NAME --count N [--cost C] [--rate R] | --file jobs.jsonl)
 //	worker check-config --config FILE
@@ -25,6 +26,7 @@ import (
 const usage = `usage: worker <command> [flags]
 
 commands:
+  demo           run everything in one process (embedded Redis and Kafka) and report what the providers saw
   run            consume jobs, ask the gate, dispatch to providers, settle (until SIGTERM)
   enqueue        publish synthetic jobs (--provider --count) or a JSON-lines file (--file) with confirms
   check-config   validate a configuration file and print its providers and limits
@@ -91,6 +93,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return enqueue(ctx, rest, stdout, stderr)
 	case "provider-sim":
 		return providerSim(ctx, rest, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

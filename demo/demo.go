@@ -1,0 +1,615 @@
+// Package demo runs the whole of paygate in one process, for a first look and as an end-to-end check: an
+// embedded Redis (miniredis, which runs the gate's Lua) and an embedded Kafka (kfake) unless real servers
+// are given, three simulated providers as strict referees, a producer that keeps a backlog well above what
+// the limits allow, and several workers, each with its own clients as separate processes would have.
+//
+// At the end a ledger accounts for every job the producer enqueued: accepted by its provider (charged
+// once), dead-lettered with a reason, or still queued in the broker (read back by a census). A job in none
+// of those is lost.
+package demo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/kafka"
+	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers"
+	"github.com/paygate/paygate/providers/sim"
+)
+
+// Options tune a demo run.
+type Options struct {
+	// Duration is how long the producer keeps the backlog up; then the workers finish what they hold and
+	// stop. With Jobs set and Duration 0 the run lasts until every job is settled.
+	Duration time.Duration
+	// Workers is the number of worker "processes".
+	Workers int
+	// Jobs, when set, is the number of jobs enqueued up front (split across providers by their budget)
+	// instead of a backlog kept up for the duration.
+	Jobs int
+	// Redis is a real Redis address; empty: embedded.
+	Redis string
+	// RabbitMQ is an AMQP URL; Kafka real brokers. Both empty: embedded Kafka.
+	RabbitMQ string
+	Kafka    []string
+	// Progress receives progress while running (nil: none); Terminal redraws bars in place.
+	Progress io.Writer
+	Terminal bool
+	// Log receives the workers' warnings (nil: discarded).
+	Log *zap.Logger
+}
+
+// Provider is one simulated provider of the demo.
+type Provider struct {
+	Name      string
+	Limits    []sim.Window
+	ErrorRate float64 // share of requests answered 500
+}
+
+// Providers are the demo's referees: one plain, one with two windows, one that fails now and then.
+var Providers = []Provider{
+	{Name: "acme", Limits: []sim.Window{{Limit: 40, Per: time.Second}}},
+	{Name: "globex", Limits: []sim.Window{{Limit: 10, Per: time.Second}, {Limit: 40, Per: 5 * time.Second}}},
+	{Name: "initech", Limits: []sim.Window{{Limit: 25, Per: time.Second}}, ErrorRate: 0.01},
+}
+
+// The demo's settings, chosen like a production config for these limits.
+const (
+	margin      = 25 * time.Millisecond
+	concurrency = 8 // per provider per worker: enough in flight for 40/s at ~20ms a request
+	latency     = 15 * time.Millisecond
+	jitter      = 10 * time.Millisecond
+	partitions  = 6
+	badEvery    = 200 // every 200th job is invalid, to show a dead letter with its reason
+
+	maxInlineWait  = 5 * time.Second
+	drainAllowance = maxInlineWait + 500*time.Millisecond
+)
+
+var delayTiers = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
+
+// Summary is the result of a run.
+type Summary struct {
+	Broker    string            `json:"broker"`
+	Redis     string            `json:"redis"`
+	Workers   int               `json:"workers"`
+	Seconds   float64           `json:"seconds"`
+	Enqueued  int               `json:"enqueued"`
+	Settled   int               `json:"settled"` // accepted by the provider or dead-lettered
+	Pending   int               `json:"pending"` // still queued in the broker when the run stopped
+	Lost      int               `json:"lost"`
+	LostIDs   []string          `json:"lost_ids,omitempty"`
+	Providers []ProviderSummary `json:"providers"`
+}
+
+// ProviderSummary is what one provider's referee and the workers saw.
+type ProviderSummary struct {
+	Name   string   `json:"name"`
+	Limits []string `json:"limits"`
+	// Dispatched counts the jobs the provider accepted (charged, each once).
+	Dispatched int64 `json:"dispatched"`
+	// RatePerSec and Utilization are measured over whole multiples of the longest window from the first
+	// acceptance: there no sender can get more than limit x T / window through any one limit.
+	RatePerSec  float64 `json:"rate_per_sec"`
+	Utilization float64 `json:"utilization"`
+	Violations  int64   `json:"violations"` // requests the referee refused for exceeding a limit
+	Duplicates  int64   `json:"duplicates"` // replays of an already accepted key, absorbed by the referee
+	// DeadLettered counts the provider's jobs in the dead letters, by reason in DeadReasons.
+	DeadLettered    int              `json:"dead_lettered"`
+	DeadReasons     map[string]int   `json:"dead_reasons,omitempty"`
+	Requests        int64            `json:"requests"`           // every request the referee received
+	ErrorsInjected  int64            `json:"errors_injected"`    // 500s it answered on purpose
+	GateCallsPerJob float64          `json:"gate_calls_per_job"` // Reserve, Release and Pause calls per dispatched job
+	GateCalls       map[string]int64 `json:"gate_calls"`         // by kind: admitted, duplicate, denied, other (release, pause, error)
+	WaitP50Ms       float64          `json:"wait_p50_ms"`        // in-process wait for a reserved slot
+	WaitP99Ms       float64          `json:"wait_p99_ms"`
+	MeasuredSeconds float64          `json:"measured_seconds"` // the T of RatePerSec and Utilization
+}
+
+// Run runs the demo until it is done or ctx ends (then it stops early and still reports).
+func Run(ctx context.Context, o Options) (*Summary, error) {
+	if o.Workers < 1 {
+		return nil, errors.New("demo: --workers must be at least 1")
+	}
+	if o.Jobs < 0 || o.Duration < 0 || (o.Jobs == 0 && o.Duration == 0) {
+		return nil, errors.New("demo: give a --duration, a number of --jobs, or both")
+	}
+	if o.RabbitMQ != "" && len(o.Kafka) > 0 {
+		return nil, errors.New("demo: --rabbitmq and --kafka are alternatives; give one")
+	}
+	if o.Log == nil {
+		o.Log = zap.NewNop()
+	}
+	env, err := start(o)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	return env.run(ctx, o)
+}
+
+// env is everything a run uses.
+type env struct {
+	id       string
+	redisOf  func() redis.UniversalClient // a new client per worker
+	redisStr string
+	prefix   string
+	closers  []func()
+
+	brokerKind string
+	openBroker func(ctx context.Context) (demoBroker, error)
+	census     func(ctx context.Context) (*census, error)
+
+	refs map[string]*referee
+}
+
+// demoBroker is what the demo needs of a broker adapter.
+type demoBroker interface {
+	consumers.Broker
+	Publish(ctx context.Context, provider string, body []byte) error
+	Close() error
+}
+
+func start(o Options) (*env, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	e := &env{id: "paygate-demo-" + hex.EncodeToString(b[:]), refs: map[string]*referee{}}
+	e.prefix = e.id
+	ok := false
+	defer func() {
+		if !ok {
+			e.close()
+		}
+	}()
+
+	addr := o.Redis
+	e.redisStr = "redis " + addr
+	if addr == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.Start(); err != nil {
+			return nil, fmt.Errorf("demo: embedded redis: %w", err)
+		}
+		e.closers = append(e.closers, m.Close)
+		addr = m.Addr()
+		e.redisStr = "embedded (miniredis)"
+	}
+	e.redisOf = func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }
+
+	names := providerNames()
+	switch {
+	case o.RabbitMQ != "":
+		e.brokerKind = "rabbitmq"
+		e.openBroker = func(ctx context.Context) (demoBroker, error) {
+			return rabbitmq.Open(ctx, rabbitmq.Options{URL: o.RabbitMQ, Exchange: e.id, Prefetch: concurrency * 2,
+				Providers: names, DelayTiers: delayTiers, Log: o.Log.Named("rabbitmq")})
+		}
+		e.census = func(ctx context.Context) (*census, error) { return rabbitCensus(ctx, o.RabbitMQ, e.id, names) }
+	default:
+		brokers := o.Kafka
+		e.brokerKind = "kafka"
+		if len(brokers) == 0 {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				return nil, fmt.Errorf("demo: embedded kafka: %w", err)
+			}
+			e.closers = append(e.closers, c.Close)
+			brokers = c.ListenAddrs()
+			e.brokerKind = "kafka, embedded (kfake)"
+		}
+		e.openBroker = func(ctx context.Context) (demoBroker, error) {
+			return kafka.Open(ctx, kafka.Options{Brokers: brokers, Group: e.id, TopicPrefix: e.id, Partitions: partitions,
+				ReplicationFactor: 1, Providers: names, DelayTiers: delayTiers, Log: o.Log.Named("kafka")})
+		}
+		e.census = func(ctx context.Context) (*census, error) { return kafkaCensus(ctx, brokers, e.id, names) }
+	}
+
+	for _, p := range Providers {
+		r := newReferee(p)
+		srv, err := sim.Start("127.0.0.1:0", sim.Options{Limits: p.Limits, Latency: latency, Jitter: jitter,
+			ErrorRate: p.ErrorRate, OnAccept: r.accepted})
+		if err != nil {
+			return nil, err
+		}
+		r.srv = srv
+		e.closers = append(e.closers, func() { _ = srv.Close() })
+		e.refs[p.Name] = r
+	}
+	ok = true
+	return e, nil
+}
+
+func (e *env) close() {
+	for _, c := range slices.Backward(e.closers) {
+		c()
+	}
+}
+
+func providerNames() []string {
+	names := make([]string, 0, len(Providers))
+	for _, p := range Providers {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// worker is one worker "process": its own Redis client, gate, provider clients and broker connection.
+type worker struct {
+	rdb     redis.UniversalClient
+	broker  demoBroker
+	clients []*providers.Client
+	w       *consumers.Worker
+}
+
+func (e *env) newWorker(ctx context.Context, o Options, n int, st *gateStats) (*worker, error) {
+	wk := &worker{rdb: e.redisOf()}
+	policies := map[string][]gate.Policy{}
+	maxCost := map[string]int64{}
+	dispatch := map[string]consumers.Dispatcher{}
+	log := o.Log.With(zap.Int("worker", n))
+	for _, p := range Providers {
+		cfg := config.Provider{URL: e.refs[p.Name].srv.URL() + "/payments", Timeout: 5 * time.Second}.WithDefaults()
+		for _, l := range p.Limits {
+			policies[p.Name] = append(policies[p.Name], gate.Policy{Limit: int64(l.Limit), Window: l.Per})
+			cfg.Limits = append(cfg.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
+		}
+		maxCost[p.Name] = policies[p.Name][0].Limit
+		cl, err := providers.New(p.Name, cfg, providers.Options{Concurrency: concurrency, Logger: log})
+		if err != nil {
+			wk.close()
+			return nil, err
+		}
+		wk.clients = append(wk.clients, cl)
+		dispatch[p.Name] = cl
+	}
+	l, err := gate.New(wk.rdb, gate.Options{Prefix: e.prefix, Margin: margin, Providers: policies})
+	if err != nil {
+		wk.close()
+		return nil, err
+	}
+	if wk.broker, err = e.openBroker(ctx); err != nil {
+		wk.close()
+		return nil, fmt.Errorf("demo: worker %d: %w", n, err)
+	}
+	wk.w, err = consumers.New(consumers.Config{
+		Concurrency: concurrency, MaxInlineWait: maxInlineWait, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+		ShutdownTimeout: 10 * time.Second, BackoffBase: delayTiers[0], BackoffMax: delayTiers[len(delayTiers)-1],
+		RedisRetry: delayTiers[0], LateLimit: margin / 2, Providers: maxCost,
+	}, countingGate{l, st}, dispatch, log, nil)
+	if err != nil {
+		wk.close()
+		return nil, err
+	}
+	return wk, nil
+}
+
+func (wk *worker) close() {
+	if wk.broker != nil {
+		_ = wk.broker.Close()
+	}
+	for _, c := range wk.clients {
+		c.Close()
+	}
+	_ = wk.rdb.Close()
+}
+
+func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
+	began := time.Now()
+	st := newGateStats()
+	producer, err := e.openBroker(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	defer producer.Close()
+
+	work, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	var workers []*worker
+	var wg sync.WaitGroup
+	for n := range o.Workers {
+		wk, err := e.newWorker(ctx, o, n+1, st)
+		if err != nil {
+			stopWork()
+			wg.Wait()
+			for _, w := range workers {
+				w.close()
+			}
+			return nil, err
+		}
+		workers = append(workers, wk)
+		wg.Go(func() { _ = wk.w.Run(work, wk.broker) })
+	}
+
+	p := newProducer(producer, e.refs)
+	// The workers finish what they hold once the backlog phase ends: up to maxInlineWait for the furthest
+	// reservation. That time comes out of the duration, so the run ends when asked.
+	limit := o.Duration - drainAllowance
+	if limit < o.Duration/2 {
+		limit = o.Duration / 2
+	}
+	if o.Duration == 0 { // --jobs alone: until they are done, within twice the time the budgets need
+		limit = 30*time.Second + time.Duration(2*float64(o.Jobs)/totalRate()*float64(time.Second))
+	}
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	if o.Jobs > 0 {
+		if err := p.upFront(ctx, o.Jobs); err != nil {
+			stopWork()
+			wg.Wait()
+			for _, w := range workers {
+				w.close()
+			}
+			return nil, fmt.Errorf("demo: enqueue: %w", err)
+		}
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	prog := newProgress(o.Progress, o.Terminal, e.refs, p)
+	lastDraw := time.Time{}
+loop:
+	for {
+		if o.Jobs == 0 {
+			if err := p.topUp(ctx); err != nil && ctx.Err() == nil {
+				o.Log.Warn("demo: producer", zap.Error(err))
+			}
+		} else if p.allAccepted() {
+			break
+		}
+		if time.Since(lastDraw) >= prog.every {
+			prog.draw(time.Since(began))
+			lastDraw = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-deadline.C:
+			break loop
+		case <-tick.C:
+		}
+	}
+	// Stop taking jobs; what the workers hold (reserved slots, requests in flight) is finished and settled.
+	stopWork()
+	wg.Wait()
+	prog.draw(time.Since(began))
+	prog.done()
+	for _, w := range workers {
+		w.close()
+	}
+	_ = producer.Close()
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	c, err := e.census(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("demo: reading back the broker: %w", err)
+	}
+	s := e.summarize(p, c, st)
+	s.Workers = o.Workers
+	s.Seconds = time.Since(began).Seconds()
+	return s, nil
+}
+
+// countingGate counts a worker's gate calls and records how long admitted jobs wait for their slot.
+type countingGate struct {
+	g  consumers.Gate
+	st *gateStats
+}
+
+func (c countingGate) Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+	v, err := c.g.Reserve(ctx, provider, jobID, cost, maxWait)
+	c.st.call(provider, v, err == nil && v.Allowed)
+	return v, err
+}
+
+func (c countingGate) Release(ctx context.Context, provider, jobID string, cost int64) error {
+	c.st.call(provider, gate.Verdict{}, false)
+	return c.g.Release(ctx, provider, jobID, cost)
+}
+
+func (c countingGate) Pause(ctx context.Context, provider string, until time.Time) error {
+	c.st.call(provider, gate.Verdict{}, false)
+	return c.g.Pause(ctx, provider, until)
+}
+
+type gateStats struct {
+	mu    sync.Mutex
+	calls map[string]int64
+	kinds map[string]map[string]int64
+	waits map[string][]time.Duration
+}
+
+func newGateStats() *gateStats {
+	return &gateStats{calls: map[string]int64{}, kinds: map[string]map[string]int64{}, waits: map[string][]time.Duration{}}
+}
+
+func (s *gateStats) call(provider string, v gate.Verdict, admitted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[provider]++
+	if s.kinds[provider] == nil {
+		s.kinds[provider] = map[string]int64{}
+	}
+	switch {
+	case v.Duplicate:
+		s.kinds[provider]["duplicate"]++
+	case admitted:
+		s.kinds[provider]["admitted"]++
+	case v.RetryAfter > 0:
+		s.kinds[provider]["denied"]++
+	default:
+		s.kinds[provider]["other"]++
+	}
+	if admitted {
+		s.waits[provider] = append(s.waits[provider], v.Delay)
+	}
+}
+
+// referee is a provider simulator with the acceptance times the demo measures rates from.
+type referee struct {
+	p   Provider
+	srv *sim.Server
+	mu  sync.Mutex
+	at  []time.Time // every acceptance, in order
+}
+
+func newReferee(p Provider) *referee { return &referee{p: p} }
+
+func (r *referee) accepted(_ string, at time.Time) {
+	r.mu.Lock()
+	r.at = append(r.at, at)
+	r.mu.Unlock()
+}
+
+func (r *referee) times() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.at)
+}
+
+func (r *referee) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.at)
+}
+
+// producer publishes synthetic jobs, every badEvery-th of them invalid.
+type producer struct {
+	b    demoBroker
+	refs map[string]*referee
+	run  string
+
+	mu       sync.Mutex
+	enqueued map[string]string // job id -> provider
+	perProv  map[string]int
+	bad      map[string]int
+	n        int
+}
+
+func newProducer(b demoBroker, refs map[string]*referee) *producer {
+	var r [3]byte
+	_, _ = rand.Read(r[:])
+	return &producer{b: b, refs: refs, run: hex.EncodeToString(r[:]), enqueued: map[string]string{},
+		perProv: map[string]int{}, bad: map[string]int{}}
+}
+
+func (p *producer) publish(ctx context.Context, provider string, count int) error {
+	for range count {
+		p.mu.Lock()
+		p.n++
+		n := p.n
+		p.mu.Unlock()
+		id := fmt.Sprintf("demo-%s-%d", p.run, n)
+		currency := "EUR"
+		if n%badEvery == 0 {
+			currency = "eur" // refused by the job contract: dead-lettered with the reason
+		}
+		body := fmt.Appendf(nil, `{"id":%q,"provider":%q,"amount":%d,"currency":%q,"merchant":"m_%d"}`, id, provider, 100+n%9900, currency, n%50)
+		if err := p.b.Publish(ctx, provider, body); err != nil {
+			return err
+		}
+		if _, err := job.Decode(body, map[string]int64{provider: 1}); err != nil {
+			p.mu.Lock()
+			p.bad[provider]++
+			p.mu.Unlock()
+		}
+		p.mu.Lock()
+		p.enqueued[id] = provider
+		p.perProv[provider]++
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// backlogTarget is the backlog kept per provider: five seconds of its budget, and at least three of its
+// largest bursts, so that workers never run dry and the gate alone holds them back.
+func backlogTarget(p Provider) int {
+	t := int(5 * sustained(p.Limits))
+	for _, w := range p.Limits {
+		t = max(t, 3*w.Limit)
+	}
+	return t
+}
+
+// sustained is the long-run rate a provider's limits allow, per second.
+func sustained(ws []sim.Window) float64 {
+	r := 0.0
+	for i, w := range ws {
+		if x := float64(w.Limit) / w.Per.Seconds(); i == 0 || x < r {
+			r = x
+		}
+	}
+	return r
+}
+
+func (p *producer) topUp(ctx context.Context) error {
+	for _, pr := range Providers {
+		p.mu.Lock()
+		outstanding := p.perProv[pr.Name] - p.bad[pr.Name] - p.refs[pr.Name].count()
+		p.mu.Unlock()
+		if need := backlogTarget(pr) - outstanding; need > 0 {
+			if err := p.publish(ctx, pr.Name, need); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// totalRate is the providers' budgets together, per second.
+func totalRate() float64 {
+	total := 0.0
+	for _, pr := range Providers {
+		total += sustained(pr.Limits)
+	}
+	return total
+}
+
+// upFront enqueues n jobs at once, split across providers in proportion to their budgets.
+func (p *producer) upFront(ctx context.Context, n int) error {
+	total := totalRate()
+	left := n
+	for i, pr := range Providers {
+		k := int(float64(n) * sustained(pr.Limits) / total)
+		if i == len(Providers)-1 {
+			k = left
+		}
+		left -= k
+		if err := p.publish(ctx, pr.Name, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *producer) allAccepted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range Providers {
+		if p.refs[pr.Name].count() < p.perProv[pr.Name]-p.bad[pr.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *producer) counts(provider string) (enqueued, done int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.perProv[provider], p.refs[provider].count() + p.bad[provider]
+}

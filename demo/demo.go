@@ -180,7 +180,7 @@ func start(o Options) (*env, error) {
 	}()
 
 	addr := o.Redis
-	e.redisStr = "redis " + addr
+	e.redisStr = addr
 	if addr == "" {
 		m := miniredis.NewMiniRedis()
 		if err := m.Start(); err != nil {

@@ -255,6 +255,50 @@ func Load(path string) (*Config, error) {
 	return &c, nil
 }
 
+// envVar is the variable that overrides a key: PAYGATE_REDIS_ADDRS for redis.addrs.
+func envVar(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
+}
+
+// EnvNames returns every environment variable c reads: PAYGATE_<PATH> for each key, its providers' keys
+// included, and the variables its *_env keys name (the secrets).
+func (c *Config) EnvNames() map[string]bool {
+	names := map[string]bool{}
+	for k := range defaults {
+		names[envVar(k)] = true
+	}
+	for name, p := range c.Providers {
+		for _, key := range envKeys(reflect.TypeFor[Provider]()) {
+			names[envVar("providers."+name+"."+key)] = true
+		}
+		if p.AuthEnv != "" {
+			names[p.AuthEnv] = true
+		}
+	}
+	for _, secret := range []string{c.Redis.PasswordEnv, c.Broker.RabbitMQ.URLEnv} {
+		if secret != "" {
+			names[secret] = true
+		}
+	}
+	return names
+}
+
+// UnknownEnv returns the PAYGATE_ variables in environ ("NAME=value" pairs) that c does not read, sorted:
+// typos such as PAYGATE_REDIS_ADRS, which would otherwise be silently ignored. allowed names variables
+// read elsewhere (PAYGATE_CONFIG).
+func (c *Config) UnknownEnv(environ []string, allowed ...string) []string {
+	known := c.EnvNames()
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix+"_") && !known[name] && !slices.Contains(allowed, name) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // within reports whether a problem line (or a path) is about path or a field under it.
 func within(problem, path string) bool {
 	rest, ok := strings.CutPrefix(problem, path)

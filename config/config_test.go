@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -209,4 +210,21 @@ func writeFile(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A PAYGATE_ variable that sets no key is reported (viper would ignore it); keys, provider keys and the
+// secrets the file names are not.
+func TestUnknownEnv(t *testing.T) {
+	c, err := config.Load("../config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.UnknownEnv([]string{
+		"PAYGATE_REDIS_ADDRS=r:6379", "PAYGATE_REDIS_ADRS=typo:6379", "PAYGATE_PROVIDERS_ACME_URL=http://x",
+		"PAYGATE_PROVIDERS_ACME_TIMEOUT=1s", "PAYGATE_PROVIDERS_ACMEE_URL=http://typo", "PAYGATE_AMQP_URL=amqp://u:p@h",
+		"PAYGATE_REDIS_PASSWORD=s", "PAYGATE_CONFIG=/etc/paygate.yaml", "PAYGATE_BROKER_KAFKA_TOPIC_PREFIX=p", "HOME=/root",
+	}, "PAYGATE_CONFIG")
+	if fmt.Sprint(got) != "[PAYGATE_PROVIDERS_ACMEE_URL PAYGATE_REDIS_ADRS]" {
+		t.Fatalf("unknown %v, want the two typos", got)
+	}
 }

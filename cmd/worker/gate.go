@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -31,6 +32,9 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	}
 	if _, err := newLogger(c.Log, stderr); err != nil {
 		return nil, configError{err}
+	}
+	for _, name := range c.UnknownEnv(os.Environ(), "PAYGATE_CONFIG") {
+		fmt.Fprintf(stderr, "worker: warning: environment variable %s sets no configuration key (a typo?); it is ignored\n", name)
 	}
 	return c, nil
 }

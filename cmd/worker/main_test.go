@@ -88,6 +88,10 @@ func TestCheckConfig(t *testing.T) {
 	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "providers.acme.limits[0].per: must be > 0, got 0s") {
 		t.Fatalf("invalid config: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
 	}
+	r = worker(t, []string{"PAYGATE_REDIS_ADRS=10.0.0.1:6379"}, "check-config", "--config", "../../config.yaml")
+	if r.code != 0 || !strings.Contains(r.stderr, "environment variable PAYGATE_REDIS_ADRS sets no configuration key") {
+		t.Fatalf("a misspelt override: exit %d, stderr %q; want a warning naming it", r.code, r.stderr)
+	}
 	r = worker(t, nil, "check-config", "--config", "does-not-exist.yaml")
 	if r.code != 2 || !strings.Contains(r.stderr, "does-not-exist.yaml") {
 		t.Fatalf("missing file: exit %d %s", r.code, r.stderr)

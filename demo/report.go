@@ -129,9 +129,9 @@ func round(x float64, digits int) float64 {
 func (s *Summary) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "\npaygate demo: %d workers, broker %s, redis %s, %.1fs\n\n", s.Workers, s.Broker, s.Redis, s.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tDISPATCHED\tRATE/S\tUTILISATION\tVIOLATIONS\tDUPLICATES\tDEAD\tGATE CALLS/JOB\tWAIT P50\tWAIT P99\t")
+	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tDISPATCHED\tRATE/S\tUTILISATION\tVIOLATIONS\tDUPLICATES\tDEAD\tGATE CALLS/JOB\tWAIT P50\tWAIT P99")
 	for _, p := range s.Providers {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f%%\t%d\t%d\t%d\t%.2f\t%.0fms\t%.0fms\t\n", p.Name, strings.Join(p.Limits, "+"),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f\t%.1f%%\t%d\t%d\t%d\t%.2f\t%.0fms\t%.0fms\n", p.Name, strings.Join(p.Limits, "+"),
 			p.Dispatched, p.RatePerSec, 100*p.Utilization, p.Violations, p.Duplicates, p.DeadLettered, p.GateCallsPerJob, p.WaitP50Ms, p.WaitP99Ms)
 	}
 	if err := tw.Flush(); err != nil {

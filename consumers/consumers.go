@@ -17,6 +17,8 @@ package consumers
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -235,6 +237,15 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		var err error
 		asked := time.Now()
 		v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+		if err == nil && v.Duplicate && v.Now.Sub(v.AdmittedAt) > w.cfg.LateLimit {
+			// A redelivery whose slot passed long ago: the earlier delivery may never have sent its
+			// request (a crash, a failed settlement), so this one is a new request at a new time, which
+			// the old entry does not cover. It takes a unit of its own; the old entry stays, in case the
+			// provider did count the earlier one. Its id is new on every such redelivery.
+			w.metrics.decisions.WithLabelValues(provider, "redelivered").Inc()
+			gid = GateID(j.ID, s.attempt) + "\x1e" + randomSuffix()
+			v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+		}
 		if !w.admitted(ctx, &s, v, err) {
 			return
 		}
@@ -288,12 +299,14 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// attempt; the job goes back, and its idempotency key makes the retry safe.
 		s.requeue(ctx)
 	case errors.As(err, &thr):
-		// The provider refused the request without counting it: its unit goes back, so the retry's new
-		// request gets a new slot (a duplicate's entry may stand for an earlier request it did count).
+		// The provider refused the request without counting it: once every worker is paused, its unit
+		// goes back, so the retry's new request gets a new slot (a duplicate's entry may stand for an
+		// earlier request the provider did count). Releasing before the pause could hand the unit to
+		// another worker that sends into the throttle.
+		w.pause(ctx, provider, thr.RetryAfter)
 		if !v.Duplicate {
 			_ = w.gate.Release(ctx, provider, gid, j.Cost)
 		}
-		w.pause(ctx, provider, thr.RetryAfter)
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
 	case errors.Is(err, providers.ErrPermanent):
 		s.attempt++
@@ -319,6 +332,13 @@ func GateID(jobID string, attempt int) string {
 		return jobID
 	}
 	return jobID + "\x1f" + strconv.Itoa(attempt)
+}
+
+// randomSuffix tells apart the redeliveries of one attempt that each take a unit of their own.
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // maxLateTries bounds how often a job that keeps waking late re-reserves before it is deferred.

@@ -315,12 +315,13 @@ func TestShutdownSettlesOrRequeues(t *testing.T) {
 }
 
 // Found in review: a late duplicate must not release its entry (it belongs to a request the first
-// delivery sent), and a worker that is always late still makes progress instead of stalling.
+// delivery may have sent; the redelivery, long after that slot, takes a unit of its own), and a worker
+// that is always late still makes progress instead of stalling.
 func TestLatenessGuardEdges(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, LateLimit: time.Nanosecond},
-		provider{name: "acme", limits: []gate.Policy{{Limit: 2, Window: time.Hour}}, handler: status(200, "")})
+		provider{name: "acme", limits: []gate.Policy{{Limit: 3, Window: time.Hour}}, handler: status(200, "")})
 	ctx := context.Background()
 	if _, err := h.gate.Allow(ctx, "acme", "sent", 1); err != nil { // the first delivery's admission
 		t.Fatal(err)
@@ -333,16 +334,19 @@ func TestLatenessGuardEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Units != 1 {
-		t.Fatalf("the duplicate released its entry: %d units in the log, want 1", st.Units)
+	if st.Units != 2 {
+		t.Fatalf("%d units in the log, want 2: the first delivery's and the late redelivery's own", st.Units)
+	}
+	if v, err := h.gate.Allow(ctx, "acme", "sent", 1); err != nil || !v.Duplicate {
+		t.Fatalf("the first delivery's entry is gone: %+v %v", v, err)
 	}
 	// Every wake-up is "late" (limit 1ns): after re-reserving, the job goes anyway, once.
 	got = h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("fresh", "acme")) })
 	if got.Kind != "ack" || h.calls["acme"].Load() != 2 {
 		t.Fatalf("always-late job: %+v, provider calls %d", got, h.calls["acme"].Load())
 	}
-	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 2 {
-		t.Fatalf("%d units after the late job, want 2 (its re-reservations released the earlier ones)", st.Units)
+	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 3 {
+		t.Fatalf("%d units after the late job, want 3 (its re-reservations released the earlier ones)", st.Units)
 	}
 }
 
@@ -443,5 +447,37 @@ func TestGateID(t *testing.T) {
 	}
 	if a, b := consumers.GateID("pay-1", 1), consumers.GateID("pay-1", 2); a == b || a == "pay-1" || !strings.HasPrefix(a, "pay-1") {
 		t.Fatalf("attempts 1 and 2: %q %q, want distinct ids of their own", a, b)
+	}
+}
+
+// A redelivery of the same attempt long after its slot (its deferral failed to publish, a crash before
+// the request) is a new request: it must take a unit of its own. Job a's request at s gets a 500; the same
+// delivery comes back 1.2s later and is accepted; b must then wait a full window after it. Going out as
+// a plain duplicate would leave the log saying "a at s" and let b go at once: 2 within one second.
+func TestStaleRedeliveryTakesItsOwnUnit(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	ref, err := sim.New(sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Second}, {Limit: 10, Per: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Bool
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 3 * time.Second, LateLimit: 15 * time.Millisecond},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 1, Window: time.Second}, {Limit: 10, Window: time.Minute}}, handler: func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Idempotency-Key") == "a" && !failed.Swap(true) {
+				status(500, "")(w, r)
+				return
+			}
+			ref.ServeHTTP(w, r)
+		}})
+	h.handleOne("acme", func() error { return h.broker.Publish(context.Background(), "acme", body("a", "acme")) })
+	time.Sleep(1200 * time.Millisecond)
+	for _, id := range []string{"a", "b"} { // a: the same attempt (0) again, as if its deferral was lost
+		if got := h.handleOne("acme", func() error { return h.broker.PublishAged("acme", body(id, "acme"), 0, time.Now()) }); got.Kind != "ack" {
+			t.Fatalf("%s settled %+v, want ack", id, got)
+		}
+	}
+	if st := ref.Stats(); st.Accepted != 2 || st.Violations != 0 {
+		t.Fatalf("referee saw %d accepted, %d violations; want 2 and 0", st.Accepted, st.Violations)
 	}
 }

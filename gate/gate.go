@@ -173,6 +173,10 @@ type Verdict struct {
 	Limit Policy
 	// Now is the Redis server's clock at the decision; the slot is Now + Delay.
 	Now time.Time
+	// AdmittedAt, for a Duplicate, is the slot its id was admitted at (Redis clock). A duplicate whose
+	// slot passed long ago is a redelivery of a request that may never have been sent: sending it now is
+	// a new request, which that old entry does not cover (the worker reserves a unit of its own for it).
+	AdmittedAt time.Time
 }
 
 // Slot is the moment, on the Redis clock, at which the job may be dispatched.
@@ -213,7 +217,7 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
-	if len(reply) != 8 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) {
+	if len(reply) != 9 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: malformed reply %v", providerName, jobID, reply)
 	}
 	v := Verdict{
@@ -225,6 +229,9 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 		Limit:     p.policies[reply[5]],
 		Now:       time.UnixMicro(reply[6]),
 		Paused:    reply[7] == 1,
+	}
+	if v.Duplicate {
+		v.AdmittedAt = time.UnixMicro(reply[8])
 	}
 	if !v.Allowed {
 		// Round up to the millisecond: asking again after RetryAfter must not be early.

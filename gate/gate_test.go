@@ -74,6 +74,9 @@ func TestDuplicateAdmission(t *testing.T) {
 		if !again.Allowed || !again.Duplicate || again.Remaining != 1 {
 			t.Fatalf("again: %+v, want allowed duplicate with remaining 1", again)
 		}
+		if !again.AdmittedAt.Equal(first.Slot()) || !first.AdmittedAt.IsZero() {
+			t.Fatalf("duplicate admitted at %v, want the first's slot %v (and none on the first)", again.AdmittedAt, first.Slot())
+		}
 		if v := mustReserve(t, l, "pay-2", 1, 0); !v.Allowed || v.Duplicate || v.Remaining != 0 {
 			t.Fatalf("second job: %+v", v)
 		}
@@ -89,7 +92,7 @@ func TestDuplicateAdmission(t *testing.T) {
 		mustReserve(t, l2, "x", 1, 0)
 		r := mustReserve(t, l2, "y", 1, time.Second)
 		dup := mustReserve(t, l2, "y", 1, time.Second)
-		if !dup.Duplicate || !dup.Slot().Equal(r.Slot()) {
+		if !dup.Duplicate || !dup.Slot().Equal(r.Slot()) || !dup.AdmittedAt.Equal(r.Slot()) {
 			t.Fatalf("duplicate of a reservation: slot %v, want %v", dup.Slot(), r.Slot())
 		}
 		if n := len(readLog(t, rdb, l)); n != 2 {

@@ -11,7 +11,7 @@
 -- ARGV[4] -> margin µs, added to every window
 -- ARGV[5], ARGV[6] -> limit, window µs of policy 0; ARGV[7], ARGV[8] -> policy 1; and so on
 --
--- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused}
+-- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us}
 --   allowed         1: admitted and recorded at slot = now + delay_us. 0: denied, nothing recorded
 --   duplicate       1: the id is already in the log; it consumes nothing and goes at its own slot, the
 --                   end of a pause, or now, whichever is latest (denied if that is beyond max wait)
@@ -24,6 +24,7 @@
 --                   tightest policy when none blocks
 --   now_us          Redis TIME in µs: the only clock that enters a decision
 --   paused          1 when a provider pause is what sets the slot
+--   admitted_us     a duplicate's own slot (when its id was admitted), µs; else 0
 --
 -- Invariant: slots are handed out first come, first served (a new slot is never before the newest one), so
 -- every entry is at or before the slot being decided, and for every policy (L per W) and every t the log
@@ -81,8 +82,8 @@ if prev then
   local at, paused = math.max(tonumber(prev), now), 0
   if pause_until > at then at, paused = pause_until, 1 end
   local room, index = tightest(at, 0)
-  if at - now > max_wait then return {0, 1, 0, at - now - max_wait, room, index, now, paused} end
-  return {1, 1, at - now, 0, room, index, now, paused}
+  if at - now > max_wait then return {0, 1, 0, at - now - max_wait, room, index, now, paused, tonumber(prev)} end
+  return {1, 1, at - now, 0, room, index, now, paused, tonumber(prev)}
 end
 
 -- The earliest slot: not before now, the newest slot (first come, first served) or a pause; and for each
@@ -107,7 +108,7 @@ if pause_until > now and slot == pause_until then paused = 1 end
 local wait = slot - now
 if wait > max_wait then
   local room, index = tightest(now, 0)
-  return {0, 0, 0, wait - max_wait, room, blocker or index, now, paused}
+  return {0, 0, 0, wait - max_wait, room, blocker or index, now, paused, 0}
 end
 
 local room, index = tightest(slot, cost)
@@ -122,4 +123,4 @@ else
   redis.call('ZADD', log, unpack(args))
 end
 redis.call('PEXPIRE', log, string.format('%d', math.ceil((wait + longest) / 1000) + 1000))
-return {1, 0, wait, 0, room, blocker or index, now, paused}
+return {1, 0, wait, 0, room, blocker or index, now, paused, 0}

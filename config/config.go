@@ -271,6 +271,9 @@ func (c *Config) EnvNames() map[string]bool {
 		for _, key := range envKeys(reflect.TypeFor[Provider]()) {
 			names[envVar("providers."+name+"."+key)] = true
 		}
+		for h := range p.Headers { // viper reads an override of a header the file sets
+			names[envVar("providers."+name+".headers."+strings.ToLower(h))] = true
+		}
 		if p.AuthEnv != "" {
 			names[p.AuthEnv] = true
 		}

@@ -219,7 +219,8 @@ func TestUnknownEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := c.UnknownEnv([]string{
+	c.Providers["acme"] = config.Provider{Headers: map[string]string{"x-api-version": "1"}}
+	got := c.UnknownEnv([]string{"PAYGATE_PROVIDERS_ACME_HEADERS_X_API_VERSION=2",
 		"PAYGATE_REDIS_ADDRS=r:6379", "PAYGATE_REDIS_ADRS=typo:6379", "PAYGATE_PROVIDERS_ACME_URL=http://x",
 		"PAYGATE_PROVIDERS_ACME_TIMEOUT=1s", "PAYGATE_PROVIDERS_ACMEE_URL=http://typo", "PAYGATE_AMQP_URL=amqp://u:p@h",
 		"PAYGATE_REDIS_PASSWORD=s", "PAYGATE_CONFIG=/etc/paygate.yaml", "PAYGATE_BROKER_KAFKA_TOPIC_PREFIX=p", "HOME=/root",

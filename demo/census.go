@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -36,10 +37,12 @@ func jobID(body []byte) string {
 }
 
 // kafkaCensus reads every provider and retry topic from the group's committed offsets to the end (what the
-// group has not finished), and the dead-letter topic from the start.
-func kafkaCensus(ctx context.Context, brokers []string, prefix string, providers []string) (*census, error) {
-	c := newCensus()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second}
+// group has not finished), and the dead-letter topic from the start; then it deletes the demo's topics.
+func kafkaCensus(ctx context.Context, brokers []string, prefix string, providers []string) (c *census, err error) {
+	c = newCensus()
+	tr := &kafkago.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
 	var pending []string
 	for _, p := range providers {
 		pending = append(pending, prefix+"."+p)
@@ -48,17 +51,29 @@ func kafkaCensus(ctx context.Context, brokers []string, prefix string, providers
 		pending = append(pending, prefix+".retry."+consumers.TierName(t))
 	}
 	dead := prefix + ".dead"
-	parts := make([]int, partitions)
-	for i := range parts {
-		parts[i] = i
+	topics := append(slices.Clone(pending), dead)
+	defer func() {
+		if _, derr := cl.DeleteTopics(context.WithoutCancel(ctx), &kafkago.DeleteTopicsRequest{Topics: topics}); derr != nil && err == nil {
+			err = fmt.Errorf("kafka: deleting the demo's topics: %w", derr)
+		}
+	}()
+	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, fmt.Errorf("kafka: metadata: %w", err)
 	}
 	fetch := map[string][]int{}
 	list := map[string][]kafkago.OffsetRequest{}
-	for _, t := range append(pending, dead) {
-		fetch[t] = parts
-		for _, p := range parts {
-			list[t] = append(list[t], kafkago.FirstOffsetOf(p), kafkago.LastOffsetOf(p))
+	for _, t := range meta.Topics {
+		if t.Error != nil {
+			return nil, fmt.Errorf("kafka: metadata of %s: %w", t.Name, t.Error)
 		}
+		for _, p := range t.Partitions {
+			fetch[t.Name] = append(fetch[t.Name], p.ID)
+			list[t.Name] = append(list[t.Name], kafkago.FirstOffsetOf(p.ID), kafkago.LastOffsetOf(p.ID))
+		}
+	}
+	if len(fetch) != len(topics) {
+		return nil, fmt.Errorf("kafka: metadata names %d of the demo's %d topics", len(fetch), len(topics))
 	}
 	committed, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: prefix, Topics: fetch})
 	if err == nil && committed.Error != nil {
@@ -73,18 +88,21 @@ func kafkaCensus(ctx context.Context, brokers []string, prefix string, providers
 	}
 	from := func(topic string, p int) int64 {
 		for _, o := range committed.Topics[topic] {
-			if o.Partition == p && o.CommittedOffset >= 0 {
-				return o.CommittedOffset
+			if o.Partition == p {
+				return o.CommittedOffset // -1: nothing committed
 			}
 		}
 		return -1
 	}
-	for _, topic := range append(pending, dead) {
+	for _, topic := range topics {
+		if got, want := len(ends.Topics[topic]), len(fetch[topic]); got != want {
+			return nil, fmt.Errorf("kafka: offsets of %d of the %d partitions of %s", got, want, topic)
+		}
 		for _, po := range ends.Topics[topic] {
 			if po.Error != nil {
 				return nil, fmt.Errorf("kafka: offsets of %s/%d: %w", topic, po.Partition, po.Error)
 			}
-			start := po.FirstOffset
+			start := max(po.FirstOffset, 0)
 			if f := from(topic, po.Partition); topic != dead && f > start {
 				start = f
 			}
@@ -134,9 +152,11 @@ func readPartition(ctx context.Context, brokers []string, topic string, partitio
 	}
 }
 
-// rabbitCensus takes every message off the demo's delay, provider and dead-letter queues (delay queues
-// first: a message expiring meanwhile moves to its provider queue, read next), then deletes the topology.
-func rabbitCensus(ctx context.Context, url, exchange string, providers []string) (*census, error) {
+// rabbitCensus takes every message off the demo's delay, provider and dead-letter queues, then deletes the
+// topology. Delay queues go first (a message expiring meanwhile moves to its provider queue, read next);
+// and since a message being dead-lettered from a delay queue is briefly in neither, passes repeat until
+// two in a row find nothing and every queue reports empty.
+func rabbitCensus(ctx context.Context, url, exchange string, providers []string) (c *census, err error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
@@ -146,55 +166,73 @@ func rabbitCensus(ctx context.Context, url, exchange string, providers []string)
 	if err != nil {
 		return nil, err
 	}
-	c := newCensus()
-	var delays []string
+	var delays, queues []string
 	for _, t := range delayTiers {
 		delays = append(delays, exchange+".delay."+consumers.TierName(t))
 	}
-	var queues []string
 	for _, p := range providers {
 		queues = append(queues, exchange+"."+p)
 	}
-	take := func(q string, fn func(amqp.Delivery)) error {
+	all := append(append(slices.Clone(delays), queues...), exchange+".dead")
+	defer func() {
+		var errs []error
+		for _, q := range all {
+			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, x := range append(delays, exchange) {
+			if err := ch.ExchangeDelete(x, false, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if derr := errors.Join(errs...); derr != nil && err == nil {
+			err = fmt.Errorf("rabbitmq: deleting the demo's topology: %w", derr)
+		}
+	}()
+	c = newCensus()
+	take := func(q string) (int, error) {
+		n := 0
 		for ctx.Err() == nil {
 			m, ok, err := ch.Get(q, true)
 			if err != nil {
-				return fmt.Errorf("rabbitmq: get %s: %w", q, err)
+				return n, fmt.Errorf("rabbitmq: get %s: %w", q, err)
 			}
 			if !ok {
-				return nil
+				return n, nil
 			}
-			fn(m)
+			n++
+			if q != exchange+".dead" {
+				c.queued[jobID(m.Body)] = true
+				continue
+			}
+			d := deadLetter{id: jobID(m.Body)}
+			d.provider, _ = m.Headers[consumers.HeaderProvider].(string)
+			d.reason, _ = m.Headers[consumers.HeaderReason].(string)
+			c.dead = append(c.dead, d)
 		}
-		return ctx.Err()
+		return n, ctx.Err()
 	}
-	for _, q := range append(delays, queues...) {
-		if err := take(q, func(m amqp.Delivery) { c.queued[jobID(m.Body)] = true }); err != nil {
-			return nil, err
+	for quiet := 0; quiet < 2; {
+		found := 0
+		for _, q := range all {
+			n, err := take(q)
+			if err != nil {
+				return nil, err
+			}
+			found += n
+			st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err != nil {
+				return nil, fmt.Errorf("rabbitmq: inspect %s: %w", q, err)
+			}
+			found += st.Messages
 		}
-	}
-	err = take(exchange+".dead", func(m amqp.Delivery) {
-		d := deadLetter{id: jobID(m.Body)}
-		d.provider, _ = m.Headers[consumers.HeaderProvider].(string)
-		d.reason, _ = m.Headers[consumers.HeaderReason].(string)
-		c.dead = append(c.dead, d)
-	})
-	if err != nil {
-		return nil, err
-	}
-	var errs []error
-	for _, q := range append(append(delays, queues...), exchange+".dead") {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			errs = append(errs, err)
+		if found == 0 {
+			quiet++
+		} else {
+			quiet = 0
 		}
-	}
-	for _, x := range append(delays, exchange) {
-		if err := ch.ExchangeDelete(x, false, false); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("rabbitmq: deleting the demo's topology: %w", err)
+		consumers.Sleep(ctx, 200*time.Millisecond)
 	}
 	return c, nil
 }

@@ -322,6 +322,7 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 	defer stopWork()
 	var workers []*worker
 	var wg sync.WaitGroup
+	runErrs := make(chan error, o.Workers)
 	for n := range o.Workers {
 		wk, err := e.newWorker(ctx, o, n+1, st)
 		if err != nil {
@@ -333,7 +334,12 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 			return nil, err
 		}
 		workers = append(workers, wk)
-		wg.Go(func() { _ = wk.w.Run(work, wk.broker) })
+		wg.Go(func() {
+			if err := wk.w.Run(work, wk.broker); err != nil {
+				runErrs <- fmt.Errorf("demo: worker %d: %w", n+1, err)
+				stopWork() // one worker down is a failed demo: stop, report, exit non-zero
+			}
+		})
 	}
 
 	p := newProducer(producer, e.refs)
@@ -378,6 +384,8 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
+		case <-work.Done(): // a worker failed
+			break loop
 		case <-deadline.C:
 			break loop
 		case <-tick.C:
@@ -392,6 +400,15 @@ loop:
 		w.close()
 	}
 	_ = producer.Close()
+
+	close(runErrs)
+	var errs []error
+	for err := range runErrs {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

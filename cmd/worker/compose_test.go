@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/providers/sim"
 )
 
 // There is no Docker engine here, so docker-compose.yml and the Dockerfile are checked against the code
@@ -82,7 +84,7 @@ func TestComposeFile(t *testing.T) {
 		t.Fatalf("services %s", got)
 	}
 	w := c.Services["worker"]
-	if w.Deploy.Replicas != 3 || w.Build != "." || c.Services["provider-sim"].Build != "." {
+	if w.Deploy.Replicas != 3 || w.Build != "." || c.Services["provider-sim"].Build != "." || w.Image == "" || c.Services["provider-sim"].Image != w.Image {
 		t.Fatalf("worker: %d replicas, build %q; provider-sim build %q", w.Deploy.Replicas, w.Build, c.Services["provider-sim"].Build)
 	}
 	for dep, d := range w.DependsOn {
@@ -127,7 +129,7 @@ func TestComposeFile(t *testing.T) {
 	}
 	for _, a := range cfg.Broker.Kafka.Brokers {
 		hostPort("broker.kafka.brokers", a)
-		if adv := c.Services["kafka"].Environment["KAFKA_ADVERTISED_LISTENERS"]; !strings.Contains(adv, "//"+a) {
+		if adv := c.Services["kafka"].Environment["KAFKA_ADVERTISED_LISTENERS"]; !slices.ContainsFunc(strings.Split(adv, ","), func(l string) bool { return strings.HasSuffix(l, "://"+a) }) {
 			t.Errorf("kafka advertises %s, the worker dials %s", adv, a)
 		}
 	}
@@ -149,6 +151,17 @@ func TestComposeFile(t *testing.T) {
 		cmd := c.Services[h].Command
 		if i := slices.Index(cmd, "--listen"); i < 0 || !strings.HasSuffix(cmd[i+1], ":"+port) {
 			t.Errorf("providers.%s.url %s: service %s does not listen on %s (%v)", name, p.URL, h, port, cmd)
+		}
+		// The stand-in enforces exactly the limits the workers are configured with.
+		var limits []string
+		for _, l := range p.Limits {
+			limits = append(limits, fmt.Sprintf("%d/%s", l.Requests, l.Per))
+		}
+		want, _ := sim.ParseLimits(strings.Join(limits, ","))
+		if i := slices.Index(cmd, "--limits"); i < 0 {
+			t.Errorf("service %s has no --limits", h)
+		} else if got, err := sim.ParseLimits(cmd[i+1]); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("service %s enforces %s, providers.%s.limits are %v", h, cmd[i+1], name, want)
 		}
 	}
 	_, httpPort, _ := net.SplitHostPort(cfg.HTTP.Listen)
@@ -219,5 +232,36 @@ func TestDockerfile(t *testing.T) {
 	}
 	if w := loadCompose(t).Services["worker"]; w.Environment["PAYGATE_CONFIG"] != cfgPath {
 		t.Errorf("compose mounts the config at %s, the image keeps it at %s", w.Environment["PAYGATE_CONFIG"], cfgPath)
+	}
+}
+
+// The enqueue command the compose file documents works with the worker service's environment (pointed
+// at this machine's RabbitMQ, in an exchange of its own).
+func TestComposeEnqueueCommand(t *testing.T) {
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`docker compose run --rm worker (enqueue[^\n#]*)`).FindSubmatch(raw)
+	if m == nil {
+		t.Fatal("docker-compose.yml documents no enqueue command")
+	}
+	args := strings.Fields(string(m[1]))
+	if i := slices.Index(args, "--count"); i >= 0 {
+		args[i+1] = "3"
+	}
+	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}})
+	var env []string
+	for k, v := range loadCompose(t).Services["worker"].Environment {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "PAYGATE_CONFIG=../../config.yaml", "PAYGATE_AMQP_URL="+amqpURL(), "PAYGATE_REDIS_ADDRS="+redisAddr(),
+		"PAYGATE_BROKER_RABBITMQ_EXCHANGE="+f.x, "PAYGATE_WORKER_DELAY_TIERS="+strings.Join(f.tiers, ","))
+	r := worker(t, env, args...)
+	if r.code != 0 || !strings.Contains(r.stdout, "published 3 jobs") {
+		t.Fatalf("worker %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+	}
+	if got := f.drain(f.x + ".acme"); len(got) != 3 {
+		t.Fatalf("%d jobs in %s.acme, want 3", len(got), f.x)
 	}
 }

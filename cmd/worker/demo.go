@@ -18,7 +18,8 @@ import (
 )
 
 // runDemo is "worker demo": the whole system in one process, with embedded Redis and Kafka unless real
-// servers are given. Exit status 1 when the ledger finds a job lost or a referee saw a violation.
+// servers are given. Exit status 1 when the ledger finds a job lost, a referee saw a violation or was sent
+// nothing, or --jobs were left unsettled.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", stderr)
 	duration := fs.Duration("duration", 20*time.Second, "how long to keep the backlog up; then in-flight jobs finish (with --jobs alone: until they are done)")
@@ -74,9 +75,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if s.Lost > 0 {
 		bad = append(bad, fmt.Sprintf("%d jobs lost", s.Lost))
 	}
+	if o.Jobs > 0 && s.Pending > 0 {
+		bad = append(bad, fmt.Sprintf("%d of the %d jobs were not settled in time", s.Pending, o.Jobs))
+	}
 	for _, p := range s.Providers {
 		if p.Violations > 0 {
 			bad = append(bad, fmt.Sprintf("%s saw %d violations", p.Name, p.Violations))
+		}
+		if p.Dispatched == 0 {
+			bad = append(bad, fmt.Sprintf("%s was sent nothing", p.Name))
 		}
 	}
 	if len(bad) > 0 {

@@ -17,8 +17,6 @@ package consumers
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -60,6 +58,14 @@ type Delivery interface {
 	Requeue(ctx context.Context) error
 }
 
+// Unconfirmed is implemented by deliveries whose acknowledgement can still be lost after Ack returned
+// nil: Kafka commits an offset only once every earlier one of its partition is settled, and a generation
+// that ends first commits nothing more, so the record is read again.
+type Unconfirmed interface {
+	// OnLostAck registers fn, called at most once if the acknowledgement is lost after Ack returned.
+	OnLostAck(fn func())
+}
+
 // Reason is why a job was dead-lettered; it travels in the dead letter's headers.
 type Reason string
 
@@ -96,6 +102,8 @@ type Gate interface {
 	Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
 	Release(ctx context.Context, provider, jobID string, cost int64) error
 	Pause(ctx context.Context, provider string, until time.Time) error
+	// Sent records that an admitted job's request was accepted though its delivery was not settled.
+	Sent(ctx context.Context, provider, jobID string) error
 }
 
 // Dispatcher hands a job to one provider (providers.Client).
@@ -237,15 +245,6 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		var err error
 		asked := time.Now()
 		v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
-		if err == nil && v.Duplicate && v.Now.Sub(v.AdmittedAt) > w.cfg.LateLimit {
-			// A redelivery whose slot passed long ago: the earlier delivery may never have sent its
-			// request (a crash, a failed settlement), so this one is a new request at a new time, which
-			// the old entry does not cover. It takes a unit of its own; the old entry stays, in case the
-			// provider did count the earlier one. Its id is new on every such redelivery.
-			w.metrics.decisions.WithLabelValues(provider, "redelivered").Inc()
-			gid = GateID(j.ID, s.attempt) + "\x1e" + randomSuffix()
-			v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
-		}
 		if !w.admitted(ctx, &s, v, err) {
 			return
 		}
@@ -259,9 +258,10 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		s.late = time.Since(asked.Add(v.Delay))
 		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
-		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit || v.Duplicate {
-			// A duplicate's entry belongs to a request already sent (or being sent) by the first delivery:
-			// releasing it would free budget that is in use.
+		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit || v.Duplicate || v.Moved {
+			// A duplicate's entry belongs to a request already sent (or being sent) by the first delivery,
+			// and a moved job's stands for whichever of its requests the provider counts: releasing either
+			// would free budget that may be in use.
 			break
 		}
 		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
@@ -280,7 +280,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 	}
 	if wait := w.pausedFor(provider); wait > 0 {
-		if !v.Duplicate {
+		if !v.Duplicate && !v.Moved {
 			_ = w.gate.Release(ctx, provider, gid, j.Cost) // unused: give it back (best effort)
 		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
@@ -293,7 +293,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var thr *providers.Throttled
 	switch {
 	case err == nil:
-		s.ack(ctx)
+		s.ack(ctx, gid)
 	case ctx.Err() != nil:
 		// The shutdown timeout cut the request short: the provider may or may not have it. Not a failed
 		// attempt; the job goes back, and its idempotency key makes the retry safe.
@@ -304,7 +304,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// earlier request the provider did count). Releasing before the pause could hand the unit to
 		// another worker that sends into the throttle.
 		w.pause(ctx, provider, thr.RetryAfter)
-		if !v.Duplicate {
+		if !v.Duplicate && !v.Moved {
 			_ = w.gate.Release(ctx, provider, gid, j.Cost)
 		}
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
@@ -334,13 +334,6 @@ func GateID(jobID string, attempt int) string {
 	return jobID + "\x1f" + strconv.Itoa(attempt)
 }
 
-// randomSuffix tells apart the redeliveries of one attempt that each take a unit of their own.
-func randomSuffix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // maxLateTries bounds how often a job that keeps waking late re-reserves before it is deferred.
 const maxLateTries = 3
 
@@ -363,12 +356,15 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 		s.deferFor(ctx, v.RetryAfter, "deferred", fmt.Errorf("gate: no slot within %s (policy %s)", w.cfg.MaxInlineWait, v.Limit))
 		return false
 	case v.Duplicate:
-		w.metrics.decisions.WithLabelValues(provider, "duplicate").Inc()
+		s.admission = "duplicate"
+	case v.Moved:
+		s.admission = "redelivered"
 	case v.Delay > 0:
-		w.metrics.decisions.WithLabelValues(provider, "reserved").Inc()
+		s.admission = "reserved"
 	default:
-		w.metrics.decisions.WithLabelValues(provider, "allowed").Inc()
+		s.admission = "allowed"
 	}
+	w.metrics.decisions.WithLabelValues(provider, s.admission).Inc()
 	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
 	s.waited += v.Delay
 	return true
@@ -401,7 +397,9 @@ type settlement struct {
 	job      *job.Job
 	attempt  int
 	waited   time.Duration
-	late     time.Duration // dispatch start after the slot
+	// admission is the gate's last answer: allowed, reserved, duplicate, redelivered
+	admission string
+	late      time.Duration // dispatch start after the slot
 }
 
 // settleCtx outlives a shutdown's cancellation briefly, so that a finished job is still settled.
@@ -409,10 +407,25 @@ func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 }
 
-func (s *settlement) ack(ctx context.Context) {
+// ack settles a job the provider accepted; gid is its entry at the gate.
+func (s *settlement) ack(ctx context.Context, gid string) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
-	s.done("succeeded", s.d.Ack(ctx), nil)
+	// Accepted but not settled, the job comes again. Telling the gate makes that redelivery a plain
+	// duplicate of a request the provider counted, rather than one moved to spend a new unit.
+	sent := func(ctx context.Context) { _ = s.w.gate.Sent(ctx, s.provider, gid) }
+	if u, ok := s.d.(Unconfirmed); ok {
+		u.OnLostAck(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sent(ctx)
+		})
+	}
+	err := s.d.Ack(ctx)
+	if err != nil {
+		sent(ctx)
+	}
+	s.done("succeeded", err, nil)
 }
 
 func (s *settlement) deferFor(ctx context.Context, after time.Duration, outcome string, why error) {
@@ -439,6 +452,7 @@ func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Fie
 		zap.String("provider", s.provider),
 		zap.String("outcome", outcome),
 		zap.Duration("waited", s.waited),
+		zap.String("admission", s.admission),
 		zap.Duration("late", s.late),
 		zap.Int("attempt", s.attempt),
 	}, extra...)

@@ -79,7 +79,7 @@ func newHarness(t *testing.T, rdb redis.UniversalClient, cfg consumers.Config, p
 		dispatch[p.name] = cl
 	}
 	// As in the worker: the late limit is half the gate's margin.
-	l, err := gate.New(rdb, gate.Options{Prefix: prefix(), Providers: policies, Margin: 2 * cfg.LateLimit})
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix(), Providers: policies, Margin: 2 * cfg.LateLimit, StaleAfter: cfg.LateLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,8 +315,8 @@ func TestShutdownSettlesOrRequeues(t *testing.T) {
 }
 
 // Found in review: a late duplicate must not release its entry (it belongs to a request the first
-// delivery may have sent; the redelivery, long after that slot, takes a unit of its own), and a worker
-// that is always late still makes progress instead of stalling.
+// delivery may have sent; the redelivery, long after that slot, is moved to a new one and must not release
+// that either), and a worker that is always late still makes progress instead of stalling.
 func TestLatenessGuardEdges(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	t.Cleanup(func() { rdb.Close() })
@@ -334,19 +334,16 @@ func TestLatenessGuardEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Units != 2 {
-		t.Fatalf("%d units in the log, want 2: the first delivery's and the late redelivery's own", st.Units)
-	}
-	if v, err := h.gate.Allow(ctx, "acme", "sent", 1); err != nil || !v.Duplicate {
-		t.Fatalf("the first delivery's entry is gone: %+v %v", v, err)
+	if st.Units != 1 {
+		t.Fatalf("%d units in the log, want 1: the redelivery moved its entry, and kept it though late", st.Units)
 	}
 	// Every wake-up is "late" (limit 1ns): after re-reserving, the job goes anyway, once.
 	got = h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("fresh", "acme")) })
 	if got.Kind != "ack" || h.calls["acme"].Load() != 2 {
 		t.Fatalf("always-late job: %+v, provider calls %d", got, h.calls["acme"].Load())
 	}
-	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 3 {
-		t.Fatalf("%d units after the late job, want 3 (its re-reservations released the earlier ones)", st.Units)
+	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 2 {
+		t.Fatalf("%d units after the late job, want 2 (its re-reservations released the earlier ones)", st.Units)
 	}
 }
 
@@ -451,10 +448,11 @@ func TestGateID(t *testing.T) {
 }
 
 // A redelivery of the same attempt long after its slot (its deferral failed to publish, a crash before
-// the request) is a new request: it must take a unit of its own. Job a's request at s gets a 500; the same
-// delivery comes back 1.2s later and is accepted; b must then wait a full window after it. Going out as
-// a plain duplicate would leave the log saying "a at s" and let b go at once: 2 within one second.
-func TestStaleRedeliveryTakesItsOwnUnit(t *testing.T) {
+// the request) is a new request: the gate moves its entry to a new slot. Job a's request at s gets a 500;
+// the same delivery comes back 1.2s later and is accepted; b must then wait a full window after it.
+// Going out as a plain duplicate would leave the log saying "a at s" and let b go at once: 2 within one
+// second.
+func TestStaleRedeliveryIsMoved(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
 	ref, err := sim.New(sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Second}, {Limit: 10, Per: time.Minute}}})
@@ -479,5 +477,41 @@ func TestStaleRedeliveryTakesItsOwnUnit(t *testing.T) {
 	}
 	if st := ref.Stats(); st.Accepted != 2 || st.Violations != 0 {
 		t.Fatalf("referee saw %d accepted, %d violations; want 2 and 0", st.Accepted, st.Violations)
+	}
+}
+
+// A job the provider accepted but whose ack failed is marked sent at the gate: its redelivery, however
+// late, is a plain duplicate of the counted request, not moved to spend a new unit.
+func TestAcceptedButUnsettledIsMarkedSent(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, LateLimit: 15 * time.Millisecond},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 5, Window: time.Hour}}, handler: status(200, "")})
+	ctx := context.Background()
+	if err := h.broker.Publish(ctx, "acme", body("a", "acme")); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	ch, err := h.broker.Consume(cctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := <-ch
+	h.broker.Crash() // the delivery is abandoned: it comes again, and acking this one fails
+	h.worker.Handle(ctx, "acme", d)
+	keys, err := h.gate.Keys("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := rdb.ZScore(ctx, keys[0], "a").Val()
+	time.Sleep(100 * time.Millisecond) // well past its slot
+	again := <-ch
+	cancel()
+	h.worker.Handle(ctx, "acme", again)
+	if s := h.broker.Settled(); len(s) != 1 || s[0].Kind != "ack" {
+		t.Fatalf("settled %+v, want the redelivery acked", s)
+	}
+	if now := rdb.ZScore(ctx, keys[0], "a").Val(); now != slot || slot == 0 {
+		t.Fatalf("a's entry moved from %v to %v: the redelivery of an accepted job spent a new unit", slot, now)
 	}
 }

@@ -278,7 +278,7 @@ func (e *env) newWorker(ctx context.Context, o Options, n int, st *gateStats) (*
 		wk.clients = append(wk.clients, cl)
 		dispatch[p.Name] = cl
 	}
-	l, err := gate.New(wk.rdb, gate.Options{Prefix: e.prefix, Margin: margin, Providers: policies})
+	l, err := gate.New(wk.rdb, gate.Options{Prefix: e.prefix, Margin: margin, StaleAfter: margin / 2, Providers: policies})
 	if err != nil {
 		wk.close()
 		return nil, err
@@ -437,6 +437,11 @@ func (c countingGate) Reserve(ctx context.Context, provider, jobID string, cost 
 func (c countingGate) Release(ctx context.Context, provider, jobID string, cost int64) error {
 	c.st.call(provider, gate.Verdict{}, false)
 	return c.g.Release(ctx, provider, jobID, cost)
+}
+
+func (c countingGate) Sent(ctx context.Context, provider, jobID string) error {
+	c.st.call(provider, gate.Verdict{}, false)
+	return c.g.Sent(ctx, provider, jobID)
 }
 
 func (c countingGate) Pause(ctx context.Context, provider string, until time.Time) error {

@@ -63,8 +63,8 @@ func (e *env) summarize(p *producer, c *census, st *gateStats) *Summary {
 		for _, n := range dead[pr.Name] {
 			ps.DeadLettered += n
 		}
-		m := measure(ref.times(), pr.Limits)
-		ps.RatePerSec, ps.Utilization, ps.MeasuredSeconds = round(m.rate, 2), round(m.utilization, 4), round(m.span.Seconds(), 3)
+		m := sim.Measure(ref.times(), pr.Limits)
+		ps.RatePerSec, ps.Utilization, ps.MeasuredSeconds = round(m.Rate, 2), round(m.Utilization, 4), round(m.Span.Seconds(), 3)
 		if ps.Dispatched > 0 {
 			ps.GateCallsPerJob = round(float64(st.calls[pr.Name])/float64(ps.Dispatched), 3)
 		}
@@ -75,38 +75,6 @@ func (e *env) summarize(p *producer, c *census, st *gateStats) *Summary {
 		s.Providers = append(s.Providers, ps)
 	}
 	return s
-}
-
-type measurement struct {
-	span        time.Duration
-	rate        float64
-	utilization float64
-}
-
-// measure rates a provider's acceptances over the longest span from the first one that is a whole
-// multiple of its longest window and ends by the last one. In a span T no sender can get more than
-// limit x ceil(T/window) through any one limit (split T into windows: each holds at most limit), so
-// utilization is the count over the smallest of those bounds. A run shorter than one window is measured
-// over one window, to its disadvantage.
-func measure(at []time.Time, limits []sim.Window) measurement {
-	if len(at) == 0 {
-		return measurement{}
-	}
-	var longest time.Duration
-	for _, w := range limits {
-		longest = max(longest, w.Per)
-	}
-	t0 := at[0]
-	k := max(int64(at[len(at)-1].Sub(t0)/longest), 1)
-	span := time.Duration(k) * longest
-	end := t0.Add(span)
-	n := sort.Search(len(at), func(i int) bool { return !at[i].Before(end) }) // in [t0, t0+span)
-	bound := math.Inf(1)
-	for _, w := range limits {
-		windows := math.Ceil(float64(span) / float64(w.Per))
-		bound = min(bound, float64(w.Limit)*windows)
-	}
-	return measurement{span: span, rate: float64(n) / span.Seconds(), utilization: float64(n) / bound}
 }
 
 // percentile is the nearest-rank percentile of sorted values.

@@ -38,6 +38,7 @@ var (
 	pauseScript   = redis.NewScript(lua.Pause)
 	releaseScript = redis.NewScript(lua.Release)
 	statusScript  = redis.NewScript(lua.Status)
+	sentScript    = redis.NewScript(lua.Sent)
 
 	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 )
@@ -91,6 +92,12 @@ type Options struct {
 	// Margin is added to every window, so that slots a window apart still look a window apart to a
 	// provider after network and scheduling jitter. It costs Margin/Window of the budget.
 	Margin time.Duration
+	// StaleAfter: a job id found in the log at a slot more than this long ago is a redelivery whose
+	// earlier delivery may never have sent its request. Rather than go out now on the old entry (which
+	// would leave the log saying "then" while the provider sees "now"), it is moved: its entry leaves
+	// the log and it is admitted afresh, first come first served, in one atomic step (Verdict.Moved).
+	// 0 disables it: a duplicate then always goes at its own slot or now. The worker uses margin/2.
+	StaleAfter time.Duration
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its policies, all enforced together.
 	Providers map[string][]Policy
 }
@@ -99,6 +106,7 @@ type Options struct {
 type Limiter struct {
 	rdb       redis.Scripter
 	margin    time.Duration
+	stale     int64 // µs
 	providers map[string]provider
 }
 
@@ -121,7 +129,10 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if len(opts.Providers) == 0 {
 		return nil, errors.New("gate: no providers")
 	}
-	l := &Limiter{rdb: rdb, margin: opts.Margin, providers: make(map[string]provider, len(opts.Providers))}
+	if opts.StaleAfter < 0 || opts.StaleAfter > MaxWindow {
+		return nil, fmt.Errorf("gate: stale-after must be 0..%s, got %s", MaxWindow, opts.StaleAfter)
+	}
+	l := &Limiter{rdb: rdb, margin: opts.Margin, stale: micros(opts.StaleAfter), providers: make(map[string]provider, len(opts.Providers))}
 	for name, policies := range opts.Providers {
 		if !providerName.MatchString(name) {
 			return nil, fmt.Errorf("gate: provider name %q must match %s", name, providerName)
@@ -142,7 +153,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 			p.minLimit = min(p.minLimit, pol.Limit)
 		}
 		tag := opts.Prefix + ":{" + name + "}:"
-		p.keys = []string{tag + "log", tag + "pause"}
+		p.keys = []string{tag + "log", tag + "pause", tag + "sent"}
 		l.providers[name] = p
 	}
 	return l, nil
@@ -173,10 +184,13 @@ type Verdict struct {
 	Limit Policy
 	// Now is the Redis server's clock at the decision; the slot is Now + Delay.
 	Now time.Time
-	// AdmittedAt, for a Duplicate, is the slot its id was admitted at (Redis clock). A duplicate whose
-	// slot passed long ago is a redelivery of a request that may never have been sent: sending it now is
-	// a new request, which that old entry does not cover (the worker reserves a unit of its own for it).
+	// AdmittedAt, when the id was already in the log (a Duplicate, a Moved job, or a stale one denied),
+	// is the slot it was admitted at (Redis clock).
 	AdmittedAt time.Time
+	// Moved reports that the id was in the log at a slot more than Options.StaleAfter ago and was
+	// admitted afresh at this verdict's slot, its old entry removed in the same step (see StaleAfter).
+	// A moved job's entry stands for whichever of its requests the provider counts: never release it.
+	Moved bool
 }
 
 // Slot is the moment, on the Redis clock, at which the job may be dispatched.
@@ -210,14 +224,14 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 	case maxWait < 0:
 		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
 	}
-	args := make([]any, 0, 3+len(p.args))
-	args = append(args, jobID, cost, microsFloor(min(maxWait, MaxHorizon))) // never a slot past the caller's wait
+	args := make([]any, 0, 4+len(p.args))
+	args = append(args, jobID, cost, microsFloor(min(maxWait, MaxHorizon)), l.stale) // never a slot past the caller's wait
 	args = append(args, p.args...)
 	reply, err := slidingLog.Run(ctx, l.rdb, p.keys, args...).Int64Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
-	if len(reply) != 9 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) {
+	if len(reply) != 10 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: malformed reply %v", providerName, jobID, reply)
 	}
 	v := Verdict{
@@ -230,9 +244,10 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 		Now:       time.UnixMicro(reply[6]),
 		Paused:    reply[7] == 1,
 	}
-	if v.Duplicate {
+	if reply[8] > 0 {
 		v.AdmittedAt = time.UnixMicro(reply[8])
 	}
+	v.Moved = reply[9] == 1
 	if !v.Allowed {
 		// Round up to the millisecond: asking again after RetryAfter must not be early.
 		v.RetryAfter = (time.Duration(reply[3])*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
@@ -274,6 +289,26 @@ func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost 
 	}
 	if err := releaseScript.Run(ctx, l.rdb, p.keys[:1], jobID, cost).Err(); err != nil {
 		return fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
+	}
+	return nil
+}
+
+// Sent records that jobID's request (as admitted, under that id) reached the provider and was accepted,
+// though its delivery could not be settled and will come again. A stale redelivery of it is then a plain
+// duplicate rather than moved (see Options.StaleAfter): the provider will only replay it, and moving it
+// would spend a unit the provider never uses. The mark lasts the longest window plus margin.
+func (l *Limiter) Sent(ctx context.Context, providerName, jobID string) error {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return err
+	}
+	var longest time.Duration
+	for _, pol := range p.policies {
+		longest = max(longest, pol.Window)
+	}
+	ttl := (longest + l.margin + time.Second).Milliseconds()
+	if err := sentScript.Run(ctx, l.rdb, p.keys[2:3], jobID, ttl).Err(); err != nil {
+		return fmt.Errorf("gate: sent %s/%s: %w", providerName, jobID, err)
 	}
 	return nil
 }

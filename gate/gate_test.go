@@ -226,8 +226,12 @@ func TestReservationSlots(t *testing.T) {
 func TestInvariantUnderConcurrency(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		const margin = time.Millisecond
-		policies := []gate.Policy{pol(6, 50*time.Millisecond), pol(15, 200*time.Millisecond), pol(120, 3*time.Second)}
-		l := newLimiter(t, rdb, margin, policies...)
+		policies := []gate.Policy{pol(6, 50*time.Millisecond), pol(15, 200*time.Millisecond), pol(400, 3*time.Second)}
+		l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: margin, StaleAfter: 30 * time.Millisecond,
+			Providers: map[string][]gate.Policy{prov: policies}})
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		type admitted struct {
 			slot int64
@@ -238,6 +242,7 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 			first  = map[string]admitted{}
 			dups   []string
 			denied int
+			moved  int
 		)
 		ctx := context.Background()
 		deadline := time.Now().Add(1200 * time.Millisecond) // shorter than the longest window: nothing trimmed
@@ -246,7 +251,7 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(w), 42))
 				for time.Now().Before(deadline) {
-					jobID := fmt.Sprintf("j%d", rng.IntN(1000))
+					jobID := fmt.Sprintf("j%d", rng.IntN(300))
 					cost := 1 + rng.Int64N(3)
 					maxWait := time.Duration(rng.IntN(150)) * time.Millisecond
 					v, err := l.Reserve(ctx, prov, jobID, cost, maxWait)
@@ -264,6 +269,12 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 						if a, ok := first[jobID]; ok && max(a.slot, v.Now.UnixMicro()) != v.Slot().UnixMicro() {
 							t.Errorf("duplicate %s told slot %d, admitted at %d", jobID, v.Slot().UnixMicro(), a.slot)
 						}
+					case v.Moved:
+						if a, ok := first[jobID]; !ok || a.slot != v.AdmittedAt.UnixMicro() {
+							t.Errorf("job %s moved from %v, admitted at %+v", jobID, v.AdmittedAt, a)
+						}
+						moved++
+						first[jobID] = admitted{slot: v.Slot().UnixMicro(), cost: cost} // its old units are gone
 					default:
 						if _, ok := first[jobID]; ok {
 							t.Errorf("job %s admitted twice as new", jobID)
@@ -294,10 +305,10 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 				t.Errorf("policy %s: %d units in one window (with margin)", p, got)
 			}
 		}
-		if len(dups) == 0 || denied == 0 || len(first) < 10 {
-			t.Fatalf("weak run: %d admitted, %d duplicates, %d denied", len(first), len(dups), denied)
+		if len(dups) == 0 || denied == 0 || moved == 0 || len(first) < 10 {
+			t.Fatalf("weak run: %d admitted, %d duplicates, %d moved, %d denied", len(first), len(dups), moved, denied)
 		}
-		t.Logf("%d admitted, %d duplicates, %d denied", len(first), len(dups), denied)
+		t.Logf("%d admitted, %d duplicates, %d moved, %d denied", len(first), len(dups), moved, denied)
 	})
 }
 
@@ -736,4 +747,67 @@ func TestEmbeddedAgreesWithRedis(t *testing.T) {
 			t.Fatalf("status of policy %d: real Redis %+v, embedded %+v", i, a, b)
 		}
 	}
+}
+
+// A duplicate whose slot passed more than StaleAfter ago is moved: its entry leaves the log and it is
+// admitted afresh, first come first served, in one step; it spends no second unit. When the fresh
+// admission is denied, the entry stays where it was.
+func TestStaleDuplicateIsMoved(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
+			Providers: map[string][]gate.Policy{prov: {pol(2, 10*time.Second)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := mustReserve(t, l, "a", 2, 0) // cost 2: both units move
+		if dup := mustReserve(t, l, "a", 2, 0); !dup.Duplicate || dup.Moved {
+			t.Fatalf("fresh duplicate: %+v, want a plain duplicate", dup)
+		}
+		time.Sleep(100 * time.Millisecond)
+		v := mustReserve(t, l, "a", 2, 0)
+		if !v.Allowed || v.Duplicate || !v.Moved || !v.AdmittedAt.Equal(a.Slot()) || v.Remaining != 0 {
+			t.Fatalf("stale duplicate: %+v, want moved from %v, allowed now, window full", v, a.Slot())
+		}
+		log := readLog(t, rdb, l)
+		if len(log) != 1 || log[0].cost != 2 || log[0].slot != v.Slot().UnixMicro() {
+			t.Fatalf("log %+v, want a's 2 units at the new slot %d", log, v.Slot().UnixMicro())
+		}
+
+		// Denied afresh: the entry stays at its old slot.
+		l2, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
+			Providers: map[string][]gate.Policy{prov: {pol(1, 10*time.Second)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := mustReserve(t, l2, "x", 1, 0)
+		mustReserve(t, l2, "y", 1, time.Minute) // reserved one window later
+		time.Sleep(100 * time.Millisecond)
+		d := mustReserve(t, l2, "x", 1, time.Second)
+		if d.Allowed || d.Moved || d.RetryAfter <= 0 || !d.AdmittedAt.Equal(x.Slot()) {
+			t.Fatalf("stale duplicate with no room: %+v, want denied, not moved", d)
+		}
+		for _, e := range readLog(t, rdb, l2) {
+			if e.id == "x" && e.slot != x.Slot().UnixMicro() {
+				t.Fatalf("x left at %d, want its old slot %d", e.slot, x.Slot().UnixMicro())
+			}
+		}
+		if n := len(readLog(t, rdb, l2)); n != 2 {
+			t.Fatalf("log holds %d jobs, want x and y", n)
+		}
+
+		// Marked sent (accepted, not settled): a stale redelivery is a plain duplicate, not moved.
+		l3, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
+			Providers: map[string][]gate.Policy{prov: {pol(5, 10*time.Second)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := mustReserve(t, l3, "s", 1, 0)
+		if err := l3.Sent(context.Background(), prov, "s"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if v := mustReserve(t, l3, "s", 1, 0); !v.Duplicate || v.Moved || !v.AdmittedAt.Equal(sent.Slot()) {
+			t.Fatalf("stale redelivery of a job marked sent: %+v, want a plain duplicate", v)
+		}
+	})
 }

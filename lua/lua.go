@@ -23,3 +23,8 @@ var Release string
 //
 //go:embed status.lua
 var Status string
+
+// Sent marks a job whose request was accepted though its delivery was not settled.
+//
+//go:embed sent.lua
+var Sent string

@@ -4,14 +4,16 @@
 --                                                clock): the job id for its first unit, id.."\0"..k for its
 --                                                k-th (k >= 2; job ids never contain NUL)
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
+-- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   ids whose request was accepted though not settled (sent.lua)
 --
 -- ARGV[1] -> job id (1..600 bytes, no NUL)
 -- ARGV[2] -> cost: integer >= 1 and <= every limit
 -- ARGV[3] -> max wait µs: the latest acceptable slot is now + max wait (0: now or never)
--- ARGV[4] -> margin µs, added to every window
--- ARGV[5], ARGV[6] -> limit, window µs of policy 0; ARGV[7], ARGV[8] -> policy 1; and so on
+-- ARGV[4] -> stale µs: a duplicate whose slot is more than this before now is moved (see below); 0: never
+-- ARGV[5] -> margin µs, added to every window
+-- ARGV[6], ARGV[7] -> limit, window µs of policy 0; ARGV[8], ARGV[9] -> policy 1; and so on
 --
--- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us}
+-- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us, moved}
 --   allowed         1: admitted and recorded at slot = now + delay_us. 0: denied, nothing recorded
 --   duplicate       1: the id is already in the log; it consumes nothing and goes at its own slot, the
 --                   end of a pause, or now, whichever is latest (denied if that is beyond max wait)
@@ -24,7 +26,13 @@
 --                   tightest policy when none blocks
 --   now_us          Redis TIME in µs: the only clock that enters a decision
 --   paused          1 when a provider pause is what sets the slot
---   admitted_us     a duplicate's own slot (when its id was admitted), µs; else 0
+--   admitted_us     a duplicate's or moved job's old slot (when its id was admitted), µs; else 0
+--   moved           1: the id was in the log at a slot more than stale µs ago, and not marked sent. Its earlier delivery may
+--                   never have sent its request, so this one is a new request at a new time: its entry
+--                   left the log and it was admitted afresh, first come first served, in this one step
+--                   (denied: its entry stays where it was). No budget is spent twice, and whichever of
+--                   the two requests the provider counts, the log covers: no later slot can precede the
+--                   new one, which lies after the old.
 --
 -- Invariant: slots are handed out first come, first served (a new slot is never before the newest one), so
 -- every entry is at or before the slot being decided, and for every policy (L per W) and every t the log
@@ -36,13 +44,14 @@ local log, pause = KEYS[1], KEYS[2]
 local id = ARGV[1]
 local cost = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
-local margin = tonumber(ARGV[4])
+local stale = tonumber(ARGV[4])
+local margin = tonumber(ARGV[5])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local limits, windows, longest = {}, {}, 0
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local n = #limits + 1
   limits[n] = tonumber(ARGV[i])
   windows[n] = tonumber(ARGV[i + 1]) + margin
@@ -78,12 +87,23 @@ end
 -- redeliveries too), or now, whichever is latest, within max wait like any job.
 local pause_until = tonumber(redis.call('GET', pause) or 0)
 local prev = redis.call('ZSCORE', log, id)
-if prev then
+local units
+local moved, old = 0, 0
+if prev and stale > 0 and now - tonumber(prev) > stale and redis.call('HEXISTS', KEYS[3], id) == 0 then
+  -- Every unit it had at its old slot goes, whatever its cost was then (the rare path: a scan of one slot).
+  moved, old = 1, tonumber(prev)
+  local gone = {}
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', log, prev, prev)) do
+    if m == id or string.sub(m, 1, #id + 1) == id .. '\0' then gone[#gone + 1] = m end
+  end
+  redis.call('ZREM', log, unpack(gone))
+  units = gone -- restored as they were if the fresh admission is denied
+elseif prev then
   local at, paused = math.max(tonumber(prev), now), 0
   if pause_until > at then at, paused = pause_until, 1 end
   local room, index = tightest(at, 0)
-  if at - now > max_wait then return {0, 1, 0, at - now - max_wait, room, index, now, paused, tonumber(prev)} end
-  return {1, 1, at - now, 0, room, index, now, paused, tonumber(prev)}
+  if at - now > max_wait then return {0, 1, 0, at - now - max_wait, room, index, now, paused, tonumber(prev), 0} end
+  return {1, 1, at - now, 0, room, index, now, paused, tonumber(prev), 0}
 end
 
 -- The earliest slot: not before now, the newest slot (first come, first served) or a pause; and for each
@@ -107,20 +127,25 @@ if pause_until > now and slot == pause_until then paused = 1 end
 
 local wait = slot - now
 if wait > max_wait then
+  if moved == 1 then -- denied: the entry goes back where it was
+    local args = {}
+    for _, m in ipairs(units) do
+      args[#args + 1] = old
+      args[#args + 1] = m
+    end
+    redis.call('ZADD', log, unpack(args))
+    used_at = {}
+  end
   local room, index = tightest(now, 0)
-  return {0, 0, 0, wait - max_wait, room, blocker or index, now, paused, 0}
+  return {0, 0, 0, wait - max_wait, room, blocker or index, now, paused, old, 0}
 end
 
 local room, index = tightest(slot, cost)
-if cost == 1 then
-  redis.call('ZADD', log, slot, id)
-else
-  local args = {slot, id}
-  for k = 2, cost do
-    args[#args + 1] = slot
-    args[#args + 1] = id .. '\0' .. k
-  end
-  redis.call('ZADD', log, unpack(args))
+local args = {slot, id}
+for k = 2, cost do
+  args[#args + 1] = slot
+  args[#args + 1] = id .. '\0' .. k
 end
+redis.call('ZADD', log, unpack(args))
 redis.call('PEXPIRE', log, string.format('%d', math.ceil((wait + longest) / 1000) + 1000))
-return {1, 0, wait, 0, room, blocker or index, now, paused, 0}
+return {1, 0, wait, 0, room, blocker or index, now, paused, old, moved}

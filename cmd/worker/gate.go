@@ -78,14 +78,15 @@ func policies(p config.Provider) []gate.Policy {
 	return out
 }
 
-// newGate connects to Redis as configured and builds the gate over every configured provider.
-func newGate(c *config.Config) (*gate.Limiter, redis.UniversalClient, error) {
+// newGate connects to Redis as configured and builds the gate over every configured provider. staleAfter
+// is the workers' gate.Options.StaleAfter (margin/2); the operator tools ask plainly (0).
+func newGate(c *config.Config, staleAfter time.Duration) (*gate.Limiter, redis.UniversalClient, error) {
 	rdb := redis.NewUniversalClient(c.Redis.Options())
 	ps := make(map[string][]gate.Policy, len(c.Providers))
 	for name, p := range c.Providers {
 		ps[name] = policies(p)
 	}
-	l, err := gate.New(rdb, gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, Providers: ps})
+	l, err := gate.New(rdb, gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, StaleAfter: staleAfter, Providers: ps})
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err
@@ -105,7 +106,7 @@ func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func
 	if _, ok := c.Providers[provider]; !ok {
 		return nil, nil, usageError{fmt.Errorf("%s: provider %q is not configured in %s", cmd, provider, path)}
 	}
-	l, rdb, err := newGate(c)
+	l, rdb, err := newGate(c, 0)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -189,5 +189,9 @@ func TestKafkaFleetWithRebalance(t *testing.T) {
 	if len(l.accepted) != 500 || len(l.dead) != 3 {
 		t.Errorf("charged %d of 500, dead letters %d (want the 3 malformed)", len(l.accepted), len(l.dead))
 	}
-	f.checkReferees(map[string][]sim.Window{"alpha": alpha, "beta": beta}, 0.95)
+	// 0.9, not the 0.95 of the RabbitMQ fleet: records in flight at a rebalance are read again, and one
+	// whose slot has passed may never have been sent (its member could have died before), so the gate
+	// moves it to a new slot; when its first request was in fact accepted, that unit goes unused. Two
+	// rebalances here move 10-20 of 500 records.
+	f.checkReferees(map[string][]sim.Window{"alpha": alpha, "beta": beta}, 0.9)
 }

@@ -278,6 +278,7 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 		return
 	}
 	t := &tracker{b: b, gen: gen, gctx: gctx, topic: topic, partition: pa.ID, idle: make(chan struct{}, 1)}
+	defer t.loseUncommitted() // after the drain: nothing more will be committed
 	defer t.drain(gctx, b.abandon)
 	for {
 		m, err := r.FetchMessage(both)
@@ -289,7 +290,7 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 				return
 			}
 			t.add(m.Offset)
-			if err := t.done(m.Offset); err != nil {
+			if err := t.done(m.Offset, nil); err != nil {
 				return
 			}
 			continue
@@ -353,10 +354,11 @@ type tracker struct {
 	partition int
 
 	mu      sync.Mutex
-	pending []int64        // offsets read, in order, not yet committed
-	settled map[int64]bool // among pending
-	out     int            // records handed to the core, not yet settled or requeued
-	idle    chan struct{}  // signalled when out drops to 0
+	pending []int64          // offsets read, in order, not yet committed
+	settled map[int64]bool   // among pending
+	lost    map[int64]func() // among settled: what to call if the ack is lost (consumers.Unconfirmed)
+	out     int              // records handed to the core, not yet settled or requeued
+	idle    chan struct{}    // signalled when out drops to 0
 }
 
 func (t *tracker) handOut(n int) {
@@ -394,6 +396,18 @@ func (t *tracker) drain(gctx context.Context, abandon <-chan struct{}) {
 	}
 }
 
+// loseUncommitted runs, once the partition is given up, what the core asked for each record it acked
+// that was never committed (an earlier record was still unsettled): those will be read again.
+func (t *tracker) loseUncommitted() {
+	t.mu.Lock()
+	lost := t.lost
+	t.lost = nil
+	t.mu.Unlock()
+	for _, fn := range lost {
+		fn()
+	}
+}
+
 func (t *tracker) add(offset int64) {
 	t.mu.Lock()
 	t.pending = append(t.pending, offset)
@@ -402,18 +416,22 @@ func (t *tracker) add(offset int64) {
 
 // done marks an offset settled and commits what is now contiguous. It fails when the generation has
 // ended: the record will be read again by whoever holds the partition now.
-func (t *tracker) done(offset int64) error {
+func (t *tracker) done(offset int64, onLost func()) error {
 	if t.gctx.Err() != nil {
 		return errors.New("kafka: the consumer group generation ended; the record will be read again")
 	}
 	t.mu.Lock()
 	if t.settled == nil {
-		t.settled = map[int64]bool{}
+		t.settled, t.lost = map[int64]bool{}, map[int64]func(){}
 	}
 	t.settled[offset] = true
+	if onLost != nil {
+		t.lost[offset] = onLost
+	}
 	next := int64(-1)
 	for len(t.pending) > 0 && t.settled[t.pending[0]] {
 		delete(t.settled, t.pending[0])
+		delete(t.lost, t.pending[0])
 		next = t.pending[0] + 1
 		t.pending = t.pending[1:]
 	}
@@ -437,9 +455,16 @@ type delivery struct {
 	provider string
 	received time.Time
 	once     sync.Once
+	onLost   func()
 }
 
-var _ consumers.Delivery = (*delivery)(nil)
+var (
+	_ consumers.Delivery    = (*delivery)(nil)
+	_ consumers.Unconfirmed = (*delivery)(nil)
+)
+
+// OnLostAck registers what to do if this record, once acked, is never committed (consumers.Unconfirmed).
+func (d *delivery) OnLostAck(fn func()) { d.onLost = fn }
 
 func (d *delivery) Body() []byte { return d.m.Value }
 
@@ -457,7 +482,7 @@ func (d *delivery) FirstSeen() time.Time {
 
 func (d *delivery) settle() error {
 	settled, err := false, error(nil)
-	d.once.Do(func() { settled = true; err = d.t.done(d.m.Offset); d.t.handOut(-1) })
+	d.once.Do(func() { settled = true; err = d.t.done(d.m.Offset, d.onLost); d.t.handOut(-1) })
 	if !settled {
 		return errors.New("kafka: delivery settled twice")
 	}

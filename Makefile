@@ -1,7 +1,7 @@
 # paygate. `make test` is the test command CI runs (.ci/run); it starts the servers the tests need.
 GO ?= go
 
-.PHONY: test services vet fmt build bench-gate clean
+.PHONY: test services vet fmt build bench bench-quick bench-gate clean
 
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
 # machine to itself: they run after the other packages, not beside them.
@@ -13,14 +13,24 @@ test: services fmt vet
 services:
 	scripts/services.sh up
 
+# bench/ is a module of its own (the peers it measures stay out of paygate's go.mod): vetted too.
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 fmt:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 build:
 	$(GO) build -o bin/worker ./cmd/worker
+
+# Side-by-side benchmarks with the peers; rewrites BENCHMARKS.md and bench/plots (about 9 minutes on 2 cores).
+bench: services
+	cd bench && $(GO) run . -out ../BENCHMARKS.md -plots plots
+
+# Every scenario, briefly: checks the bench runs (its figures are not for quoting).
+bench-quick: services
+	cd bench && $(GO) run . -quick -out $${TMPDIR:-/tmp}/BENCHMARKS-quick.md -plots $${TMPDIR:-/tmp}/paygate-plots
 
 # The gate's decision cost beside a plain GET on the same client (see README, Benchmarks).
 bench-gate: services

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/kafka"
+	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/providers"
+	"github.com/paygate/paygate/providers/sim"
+)
+
+// e2eResult is the worker's throughput through a broker to an unlimited provider.
+type e2eResult struct {
+	broker  string
+	workers int
+	gate    bool
+	jobs    int
+	perSec  float64
+}
+
+type e2eBroker interface {
+	consumers.Broker
+	Publish(ctx context.Context, provider string, body []byte) error
+	Close() error
+}
+
+// openGate is no gate at all: every job goes at once (the "gate off" side of the ratio).
+type openGate struct{}
+
+func (openGate) Reserve(context.Context, string, string, int64, time.Duration) (gate.Verdict, error) {
+	return gate.Verdict{Allowed: true, Now: time.Now()}, nil
+}
+func (openGate) Release(context.Context, string, string, int64) error { return nil }
+func (openGate) Pause(context.Context, string, time.Time) error       { return nil }
+func (openGate) Sent(context.Context, string, string) error           { return nil }
+
+var e2eTiers = []time.Duration{time.Second, 5 * time.Second}
+
+func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int) ([]e2eResult, error) {
+	var out []e2eResult
+	for _, kind := range []string{"rabbitmq", "kafka (kfake)"} {
+		for _, workers := range []int{1, 3} {
+			for _, gated := range []bool{false, true} {
+				r, err := e2eOne(ctx, kind, redisAddr, amqpURL, workers, gated, jobs)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %d workers, gate %v: %w", kind, workers, gated, err)
+				}
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, gated bool, jobs int) (e2eResult, error) {
+	res := e2eResult{broker: kind, workers: workers, gate: gated, jobs: jobs}
+	name := fmt.Sprintf("bench-e2e-%d", time.Now().UnixNano())
+	open := func() (e2eBroker, error) {
+		return rabbitmq.Open(ctx, rabbitmq.Options{URL: amqpURL, Exchange: name, Prefetch: 64, Providers: []string{"p"}, DelayTiers: e2eTiers})
+	}
+	cleanup := func() { deleteRabbit(amqpURL, name) }
+	if kind != "rabbitmq" {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return res, err
+		}
+		brokers := c.ListenAddrs()
+		open = func() (e2eBroker, error) {
+			return kafka.Open(ctx, kafka.Options{Brokers: brokers, Group: name, TopicPrefix: name, Partitions: 6, ReplicationFactor: 1,
+				Providers: []string{"p"}, DelayTiers: e2eTiers})
+		}
+		cleanup = c.Close
+	}
+	defer cleanup()
+	ref, err := sim.Start("127.0.0.1:0", sim.Options{Limits: []sim.Window{{Limit: 1 << 30, Per: time.Second}}})
+	if err != nil {
+		return res, err
+	}
+	defer ref.Close()
+
+	producer, err := open()
+	if err != nil {
+		return res, err
+	}
+	for i := range jobs {
+		body := fmt.Appendf(nil, `{"id":"%s-%d","provider":"p","amount":100,"currency":"EUR"}`, name, i)
+		if err := producer.Publish(ctx, "p", body); err != nil {
+			producer.Close()
+			return res, err
+		}
+	}
+	producer.Close()
+
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var closers []func()
+	defer func() {
+		stop()
+		wg.Wait()
+		for _, c := range closers {
+			c()
+		}
+	}()
+	for range workers {
+		b, err := open()
+		if err != nil {
+			return res, err
+		}
+		closers = append(closers, func() { b.Close() })
+		var g consumers.Gate = openGate{}
+		if gated {
+			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+			closers = append(closers, func() { rdb.Close() })
+			l, err := gate.New(rdb, gate.Options{Prefix: name, Margin: 10 * time.Millisecond, StaleAfter: 5 * time.Millisecond,
+				Providers: map[string][]gate.Policy{"p": {{Limit: 1 << 30, Window: time.Second}}}})
+			if err != nil {
+				return res, err
+			}
+			g = l
+		}
+		cl, err := providers.New("p", config.Provider{URL: ref.URL() + "/pay", Timeout: 5 * time.Second}.WithDefaults(), providers.Options{Concurrency: 16})
+		if err != nil {
+			return res, err
+		}
+		closers = append(closers, cl.Close)
+		w, err := consumers.New(consumers.Config{Concurrency: 16, MaxInlineWait: 5 * time.Second, MaxAttempts: 8,
+			MaxDeferralAge: time.Hour, ShutdownTimeout: 5 * time.Second, LateLimit: 5 * time.Millisecond,
+			Providers: map[string]int64{"p": 1}}, g, map[string]consumers.Dispatcher{"p": cl}, nil, nil)
+		if err != nil {
+			return res, err
+		}
+		wg.Go(func() { _ = w.Run(wctx, b) })
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for ref.Stats().Accepted < int64(jobs) {
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("%d of %d jobs accepted in 2 minutes", ref.Stats().Accepted, jobs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st := ref.Stats()
+	// From the first acceptance to the last: joining a consumer group is not throughput.
+	res.perSec = float64(st.Accepted-1) / st.LastAccepted.Sub(*st.FirstAccepted).Seconds()
+	return res, nil
+}
+
+func deleteRabbit(url, x string) {
+	var tiers []string
+	for _, t := range e2eTiers {
+		tiers = append(tiers, consumers.TierName(t))
+	}
+	deleteRabbitNamed(url, x, "p", tiers)
+}
+
+// footprint runs a real worker process at a provider's full budget (100/1s and 3000/1m, RabbitMQ) and
+// reports its peak RSS and the Redis memory of the provider's log.
+type footprintResult struct {
+	rssKB       int64
+	logBytes    int64
+	logEntries  int64
+	accepted    int64
+	violations  int64
+	runFor      time.Duration
+	bytesPerJob float64
+}
+
+func runFootprint(ctx context.Context, rdb redis.UniversalClient, redisAddr, amqpURL string, runFor time.Duration) (footprintResult, error) {
+	var res footprintResult
+	dir, err := os.MkdirTemp("", "paygate-bench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "worker")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/worker").CombinedOutput(); err != nil {
+		return res, fmt.Errorf("build worker: %v %s", err, out)
+	}
+	limits := []sim.Window{{Limit: 100, Per: time.Second}, {Limit: 3000, Per: time.Minute}}
+	ref, err := sim.Start("127.0.0.1:0", sim.Options{Limits: limits, Latency: 20 * time.Millisecond, Jitter: 10 * time.Millisecond})
+	if err != nil {
+		return res, err
+	}
+	defer ref.Close()
+	x := fmt.Sprintf("bench-rss-%d", time.Now().UnixNano())
+	cfg := filepath.Join(dir, "config.yaml")
+	yaml := fmt.Sprintf(`http: {listen: "127.0.0.1:0"}
+redis: {addrs: [%q], key_prefix: %s}
+broker: {kind: rabbitmq, rabbitmq: {exchange: %s}}
+worker: {delay_tiers: [1s, 5s]}
+providers:
+  acme:
+    url: %s/pay
+    timeout: 5s
+    limits: [{requests: 100, per: 1s}, {requests: 3000, per: 1m}]
+`, redisAddr, x, x, ref.URL())
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		return res, err
+	}
+	defer deleteRabbitNamed(amqpURL, x, "acme", []string{"1s", "5s"})
+	env := append(os.Environ(), "PAYGATE_AMQP_URL="+amqpURL)
+	enq := exec.CommandContext(ctx, bin, "enqueue", "--config", cfg, "--provider", "acme", "--count", strconv.Itoa(int(runFor.Seconds())*150))
+	enq.Env = env
+	if out, err := enq.CombinedOutput(); err != nil {
+		return res, fmt.Errorf("enqueue: %v %s", err, out)
+	}
+	w := exec.CommandContext(ctx, bin, "run", "--config", cfg)
+	w.Env = env
+	if err := w.Start(); err != nil {
+		return res, err
+	}
+	time.Sleep(runFor)
+	keys := []string{x + ":{acme}:log"}
+	res.logEntries, _ = rdb.ZCard(ctx, keys[0]).Result()
+	res.logBytes, _ = rdb.MemoryUsage(ctx, keys[0], 0).Result()
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.Process.Pid))
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			res.rssKB, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	_ = w.Process.Signal(os.Interrupt)
+	_ = w.Wait()
+	st := ref.Stats()
+	res.accepted, res.violations, res.runFor = st.Accepted, st.Violations, runFor
+	if res.logEntries > 0 {
+		res.bytesPerJob = float64(res.logBytes) / float64(res.logEntries)
+	}
+	_ = rdb.Del(ctx, keys[0]).Err()
+	return res, nil
+}
+
+func deleteRabbitNamed(url, x, provider string, tiers []string) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	for _, q := range []string{x + "." + provider, x + ".dead"} {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	for _, t := range tiers {
+		_, _ = ch.QueueDelete(x+".delay."+t, false, false, false)
+		_ = ch.ExchangeDelete(x+".delay."+t, false, false)
+	}
+	_ = ch.ExchangeDelete(x, false, false)
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+)
+
+func ms(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "—"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	default:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func costTable(b *strings.Builder, rs []costResult) {
+	fmt.Fprintln(b, "| decision | serial p50 | serial p99 | ÷ GET (p50) | 16 goroutines | Redis-side per decision |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|")
+	for _, r := range rs {
+		redisSide := "—"
+		if r.redisUsPerDecide > 0 {
+			redisSide = fmt.Sprintf("%.1f µs", r.redisUsPerDecide)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %.2f× | %.0f/s | %s |\n", r.name, ms(r.p50), ms(r.p99), r.ratio, r.parallelPerSec, redisSide)
+	}
+}
+
+func accuracyTable(b *strings.Builder, rs []accuracyResult) {
+	fmt.Fprintln(b, "| contender | accepted | violations | utilisation | limiter calls per job | p99 wait |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|")
+	for _, r := range rs {
+		calls := fmt.Sprintf("%.2f", r.callsPerJob)
+		if r.contender == "x/time/rate per worker" {
+			calls = "0 (local)"
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %.1f%% | %s | %s |\n", r.contender, r.accepted, r.violations, 100*r.utilisation, calls, ms(r.p99Wait))
+	}
+}
+
+func e2eTable(b *strings.Builder, rs []e2eResult) {
+	fmt.Fprintln(b, "| broker | workers | jobs/s, no gate | jobs/s, gate | gate's cost |")
+	fmt.Fprintln(b, "|---|---|---|---|---|")
+	for i := 0; i+1 < len(rs); i += 2 {
+		off, on := rs[i], rs[i+1]
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.1f%% |\n", off.broker, off.workers, off.perSec, on.perSec, 100*(1-on.perSec/off.perSec))
+	}
+}
+
+func scaleTable(b *strings.Builder, rs []scaleResult) {
+	fmt.Fprintln(b, "| limit | window | log entries | Redis memory | bytes per entry | admission p50 | denial p50 |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		fmt.Fprintf(b, "| %d | %s | %d | %s | %.0f | %s | %s |\n", r.limit, fmtWindow(r.window), r.entries, bytesH(r.bytes), r.bytesPerEntry, ms(r.allowP50), ms(r.denyP50))
+	}
+}
+
+func fmtWindow(d time.Duration) string {
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	default:
+		return d.String()
+	}
+}
+
+func bytesH(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}
+
+// plot writes an SVG of requests per second seen by the referee, one line per contender, against the
+// per-second limit (and the sustained rate of a longer window, dashed).
+func plot(path, title string, rs []accuracyResult, perSecondLimit float64, sustained float64) error {
+	const w, h, left, right, top, bottom = 760, 360, 56, 200, 36, 40
+	secs := 0
+	peak := perSecondLimit
+	for _, r := range rs {
+		secs = max(secs, len(r.perSecond))
+		for _, v := range r.perSecond {
+			peak = max(peak, float64(v))
+		}
+	}
+	if secs < 2 {
+		secs = 2
+	}
+	ymax := math.Ceil(peak*1.1/10) * 10
+	x := func(s float64) float64 { return left + s*(w-left-right)/float64(secs-1) }
+	y := func(v float64) float64 { return top + (h-top-bottom)*(1-v/ymax) }
+	colors := []string{"#1b9e77", "#66a61e", "#d95f02", "#7570b3", "#e7298a", "#a6761d"}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="20" font-size="14">%s</text>`+"\n", left, title)
+	for i := 0; i <= 5; i++ {
+		v := ymax * float64(i) / 5
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%.0f</text>`+"\n", left, w-right, y(v), y(v), left-6, y(v)+4, v)
+	}
+	for s := 0; s < secs; s += max(1, secs/10) {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%ds</text>`+"\n", x(float64(s)), h-bottom+16, s)
+	}
+	fmt.Fprintf(&b, `<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">requests/s at the referee</text>`+"\n", h/2, h/2)
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black" stroke-width="1.5"/>`+"\n", left, w-right, y(perSecondLimit), y(perSecondLimit))
+	if sustained > 0 && sustained < perSecondLimit {
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black" stroke-dasharray="5,4"/>`+"\n", left, w-right, y(sustained), y(sustained))
+	}
+	for i, r := range rs {
+		var pts []string
+		for s, v := range r.perSecond {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(float64(s)), y(float64(v))))
+		}
+		c := colors[i%len(colors)]
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", c, strings.Join(pts, " "))
+		ly := top + 16*i
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/><text x="%d" y="%d">%s</text>`+"\n", w-right+10, w-right+28, ly, ly, c, w-right+32, ly+4, r.contender)
+	}
+	ly := top + 16*len(rs) + 8
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black" stroke-width="1.5"/><text x="%d" y="%d">limit per second</text>`+"\n", w-right+10, w-right+28, ly, ly, w-right+32, ly+4)
+	if sustained > 0 && sustained < perSecondLimit {
+		ly += 16
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black" stroke-dasharray="5,4"/><text x="%d" y="%d">sustained (long window)</text>`+"\n", w-right+10, w-right+28, ly, ly, w-right+32, ly+4)
+	}
+	b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}

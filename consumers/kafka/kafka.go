@@ -357,6 +357,7 @@ type tracker struct {
 	pending []int64          // offsets read, in order, not yet committed
 	settled map[int64]bool   // among pending
 	lost    map[int64]func() // among settled: what to call if the ack is lost (consumers.Unconfirmed)
+	gaveUp  bool             // loseUncommitted has run: a late ack that cannot commit is lost at once
 	out     int              // records handed to the core, not yet settled or requeued
 	idle    chan struct{}    // signalled when out drops to 0
 }
@@ -401,7 +402,7 @@ func (t *tracker) drain(gctx context.Context, abandon <-chan struct{}) {
 func (t *tracker) loseUncommitted() {
 	t.mu.Lock()
 	lost := t.lost
-	t.lost = nil
+	t.lost, t.gaveUp = nil, true
 	t.mu.Unlock()
 	for _, fn := range lost {
 		fn()
@@ -422,10 +423,13 @@ func (t *tracker) done(offset int64, onLost func()) error {
 	}
 	t.mu.Lock()
 	if t.settled == nil {
-		t.settled, t.lost = map[int64]bool{}, map[int64]func(){}
+		t.settled = map[int64]bool{}
 	}
 	t.settled[offset] = true
-	if onLost != nil {
+	if onLost != nil && !t.gaveUp {
+		if t.lost == nil {
+			t.lost = map[int64]func(){}
+		}
 		t.lost[offset] = onLost
 	}
 	next := int64(-1)
@@ -443,7 +447,11 @@ func (t *tracker) done(offset int64, onLost func()) error {
 			return fmt.Errorf("kafka: commit %s/%d: %w; the records will be read again", t.topic, t.partition, err)
 		}
 	}
+	lost := t.gaveUp && onLost != nil && t.settled[offset] // still uncommitted, and the partition is given up
 	t.mu.Unlock()
+	if lost {
+		onLost()
+	}
 	return nil
 }
 

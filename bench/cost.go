@@ -37,61 +37,71 @@ func runCost(ctx context.Context, rdb redis.UniversalClient, parallelFor time.Du
 		return nil, err
 	}
 	get := func(ctx context.Context, _ string) (bool, error) { return true, rdb.Get(ctx, "bench:get").Err() }
-	base, err := measureCost(ctx, rdb, "GET", get, parallelFor, "get")
-	if err != nil {
-		return nil, err
-	}
-	base.ratio = 1
-	out := []costResult{base}
+	var out []costResult
 	for i, c := range contenders {
 		r, err := c.newRun(rdb, fmt.Sprintf("bench-cost-%d-%d", time.Now().UnixNano(), i), costLimits, costParallel)
 		if err != nil {
 			return nil, err
 		}
-		res, err := measureCost(ctx, rdb, c.name, r.decide, parallelFor, "evalsha")
+		base, res, err := measureCost(ctx, rdb, c.name, r.decide, get, parallelFor)
 		if err != nil {
 			return nil, err
 		}
-		res.ratio = float64(res.p50) / float64(base.p50)
+		if i == 0 { // the GET beside the first contender stands for all
+			base.ratio = 1
+			base.parallelPerSec = parallel(ctx, get, parallelFor)
+			out = append(out, base)
+		}
 		out = append(out, res)
 	}
 	return out, nil
 }
 
-func measureCost(ctx context.Context, rdb redis.UniversalClient, name string, decide func(context.Context, string) (bool, error), parallelFor time.Duration, cmd string) (costResult, error) {
-	r := costResult{name: name}
+// measureCost times decide and a GET interleaved, call by call, so that whatever else the machine does
+// weighs on both alike; the ratio is of their medians. Then 16 goroutines of decide for parallelFor.
+func measureCost(ctx context.Context, rdb redis.UniversalClient, name string, decide, get func(context.Context, string) (bool, error), parallelFor time.Duration) (costResult, costResult, error) {
+	r, base := costResult{name: name}, costResult{name: "GET"}
 	for i := range 200 { // warm the connection and the script cache
 		if _, err := decide(ctx, fmt.Sprint("warm-", i)); err != nil {
-			return r, fmt.Errorf("%s: %w", name, err)
+			return base, r, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
-		return r, err
+		return base, r, err
 	}
 	lat := make([]time.Duration, 0, costSerial)
+	getLat := make([]time.Duration, 0, costSerial)
 	for i := range costSerial {
 		t := time.Now()
+		if _, err := get(ctx, ""); err != nil {
+			return base, r, err
+		}
+		getLat = append(getLat, time.Since(t))
+		t = time.Now()
 		if _, err := decide(ctx, fmt.Sprint("s-", i)); err != nil {
-			return r, fmt.Errorf("%s: %w", name, err)
+			return base, r, fmt.Errorf("%s: %w", name, err)
 		}
 		lat = append(lat, time.Since(t))
 	}
 	slices.Sort(lat)
+	slices.Sort(getLat)
 	r.p50, r.p99 = percentile(lat, 50), percentile(lat, 99)
+	base.p50, base.p99 = percentile(getLat, 50), percentile(getLat, 99)
+	r.ratio = float64(r.p50) / float64(base.p50)
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return r, err
+		return base, r, err
 	}
-	if m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+),usec=(\d+)`).FindStringSubmatch(info); m != nil {
-		calls, _ := strconv.ParseFloat(m[1], 64)
-		usec, _ := strconv.ParseFloat(m[2], 64)
-		if calls >= costSerial/2 { // the local limiter makes no calls
-			r.redisUsPerDecide = usec / calls
-		}
-	}
+	r.redisUsPerDecide, base.redisUsPerDecide = usPerCall(info, "evalsha"), usPerCall(info, "get")
 
+	r.parallelPerSec = parallel(ctx, decide, parallelFor)
+	return base, r, nil
+}
+
+// parallel is how many decisions 16 goroutines make per second.
+func parallel(ctx context.Context, decide func(context.Context, string) (bool, error), d time.Duration) float64 {
 	var n atomic.Int64
-	pctx, cancel := context.WithTimeout(ctx, parallelFor)
+	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -105,6 +115,20 @@ func measureCost(ctx context.Context, rdb redis.UniversalClient, name string, de
 		})
 	}
 	wg.Wait()
-	r.parallelPerSec = float64(n.Load()) / time.Since(start).Seconds()
-	return r, nil
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// usPerCall reads a command's server-side µs per call from INFO commandstats (0 when it was barely
+// called: the local limiter makes no Redis calls).
+func usPerCall(info, cmd string) float64 {
+	m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+),usec=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	calls, _ := strconv.ParseFloat(m[1], 64)
+	usec, _ := strconv.ParseFloat(m[2], 64)
+	if calls < costSerial/2 {
+		return 0
+	}
+	return usec / calls
 }

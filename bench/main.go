@@ -85,7 +85,7 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	if err != nil {
 		return fmt.Errorf("decision cost: %w", err)
 	}
-	fmt.Fprintf(&b, "\n## 1. Decision cost\n\nOne decision beside a plain GET on the same go-redis client over loopback: %d serial calls, then %s of 16 goroutines; Redis-side time per call from `INFO commandstats`. The log holds the run's admissions (limit %s).\n\n", costSerial, parallelFor, costLimits[0])
+	fmt.Fprintf(&b, "\n## 1. Decision cost\n\nOne decision beside a plain GET on the same go-redis client over loopback: %d serial calls, each contender's interleaved call by call with GETs (the ratio compares medians taken side by side, so the machine's drift weighs on both), then %s of 16 goroutines; Redis-side time per call from `INFO commandstats`. The log holds the run's admissions (limit %s).\n\n", costSerial, parallelFor, costLimits[0])
 	costTable(&b, cost)
 	for _, r := range cost {
 		if r.name == "paygate reserve" {
@@ -144,7 +144,7 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	if err != nil {
 		return fmt.Errorf("end-to-end: %w", err)
 	}
-	fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\n%d jobs queued up front, then the worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client; concurrency 16) takes them through the broker to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all. Jobs per second from the first acceptance to the last.\n\n", e2eJobs)
+	fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\nThe worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client; concurrency 16) joins first; then 16 publishers put %d jobs on the broker while it takes them to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all. Jobs per second from the first acceptance to the last, the median of three runs. Everything (broker, Redis, this process) shares the machine's two cores, so a Redis call per job competes with the work it gates; kfake is an in-process fake whose throughput says little about a real Kafka.\n\n", e2eJobs)
 	e2eTable(&b, e2e)
 	fmt.Fprintln(&b, "\nGoal: the gate costs ≤ 15% of throughput.")
 

@@ -20,7 +20,7 @@ func ms(d time.Duration) string {
 }
 
 func costTable(b *strings.Builder, rs []costResult) {
-	fmt.Fprintln(b, "| decision | serial p50 | serial p99 | ÷ GET (p50) | 16 goroutines | Redis-side per decision |")
+	fmt.Fprintln(b, "| decision | serial p50 | serial p99 | ÷ GET (p50, interleaved) | 16 goroutines | Redis-side per decision |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|")
 	for _, r := range rs {
 		redisSide := "—"

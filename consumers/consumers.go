@@ -416,9 +416,11 @@ func (s *settlement) ack(ctx context.Context, gid string) {
 	sent := func(ctx context.Context) { _ = s.w.gate.Sent(ctx, s.provider, gid) }
 	if u, ok := s.d.(Unconfirmed); ok {
 		u.OnLostAck(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			sent(ctx)
+			go func() { // the broker's goroutine must not wait on Redis
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				sent(ctx)
+			}()
 		})
 	}
 	err := s.d.Ack(ctx)

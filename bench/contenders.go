@@ -95,7 +95,11 @@ func (r *paygateRun) worker(int) acquirer {
 }
 
 func (r *paygateRun) decide(ctx context.Context, id string) (bool, error) {
-	v, err := r.l.Allow(ctx, "p", id, 1)
+	wait := time.Duration(0)
+	if r.reserve {
+		wait = 5 * time.Second
+	}
+	v, err := r.l.Reserve(ctx, "p", id, 1, wait)
 	return v.Allowed, err
 }
 

@@ -48,9 +48,9 @@ type openGate struct{}
 func (openGate) Reserve(context.Context, string, string, int64, time.Duration) (gate.Verdict, error) {
 	return gate.Verdict{Allowed: true, Now: time.Now()}, nil
 }
-func (openGate) Release(context.Context, string, string, int64) error { return nil }
-func (openGate) Pause(context.Context, string, time.Time) error       { return nil }
-func (openGate) Sent(context.Context, string, string) error           { return nil }
+func (openGate) Release(context.Context, string, string, int64, time.Time) error { return nil }
+func (openGate) Pause(context.Context, string, time.Time) error                  { return nil }
+func (openGate) Sent(context.Context, string, string) error                      { return nil }
 
 var e2eTiers = []time.Duration{time.Second, 5 * time.Second}
 
@@ -105,6 +105,30 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 	}
 	defer ref.Close()
 
+	producer, err := open()
+	if err != nil {
+		return res, err
+	}
+	defer producer.Close()
+	// Queued up front: the workers' pace, not the publishers', is measured.
+	var pub sync.WaitGroup
+	perr := make(chan error, 16)
+	for g := range 16 { // enough publishers to stay ahead of the workers
+		pub.Go(func() {
+			for i := g; i < jobs; i += 16 {
+				body := fmt.Appendf(nil, `{"id":"%s-%d","provider":"p","amount":100,"currency":"EUR"}`, name, i)
+				if err := producer.Publish(ctx, "p", body); err != nil {
+					perr <- err
+					return
+				}
+			}
+		})
+	}
+	pub.Wait()
+	close(perr)
+	if err := <-perr; err != nil {
+		return res, err
+	}
 	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var closers []func()
@@ -147,7 +171,7 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 		}
 		wg.Go(func() { _ = w.Run(wctx, b) })
 	}
-	// Every worker consuming (and a Kafka group settled) before the first job: joining is not throughput.
+	// Throughput counts from the first acceptance, so joining the group is not in it.
 	readyBy := time.Now().Add(time.Minute)
 	for _, ready := range readies {
 		for ready() != nil {
@@ -156,30 +180,6 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-	}
-	time.Sleep(time.Second)
-	producer, err := open()
-	if err != nil {
-		return res, err
-	}
-	defer producer.Close()
-	var pub sync.WaitGroup
-	perr := make(chan error, 16)
-	for g := range 16 { // enough publishers to stay ahead of the workers
-		pub.Go(func() {
-			for i := g; i < jobs; i += 16 {
-				body := fmt.Appendf(nil, `{"id":"%s-%d","provider":"p","amount":100,"currency":"EUR"}`, name, i)
-				if err := producer.Publish(ctx, "p", body); err != nil {
-					perr <- err
-					return
-				}
-			}
-		})
-	}
-	pub.Wait()
-	close(perr)
-	if err := <-perr; err != nil {
-		return res, err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for ref.Stats().Accepted < int64(jobs) {
@@ -258,7 +258,11 @@ providers:
 	if err := w.Start(); err != nil {
 		return res, err
 	}
-	time.Sleep(runFor)
+	if !consumers.Sleep(ctx, runFor) {
+		_ = w.Process.Kill()
+		_ = w.Wait()
+		return res, ctx.Err()
+	}
 	keys := []string{x + ":{acme}:log"}
 	res.logEntries, _ = rdb.ZCard(ctx, keys[0]).Result()
 	res.logBytes, _ = rdb.MemoryUsage(ctx, keys[0], 0).Result()

@@ -75,7 +75,7 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	fmt.Fprintln(&b, "\n**Contenders**, each on the same Redis and against the same strict referee (`providers/sim`):")
 	fmt.Fprintln(&b, "- *paygate reserve*: `gate.Reserve` with a 5 s max wait; sleep until the slot (10ms margin, the default).")
 	fmt.Fprintln(&b, "- *paygate allow+retry*: `gate.Allow`; on denial sleep its RetryAfter and ask again.")
-	fmt.Fprintln(&b, "- *redis_rate (GCRA)*: `github.com/go-redis/redis_rate/v10`, burst = limit per period, sleeping RetryAfter on denial; several limits are asked in turn.")
+	fmt.Fprintln(&b, "- *redis_rate (GCRA)*: `github.com/go-redis/redis_rate/v10` with `Limit{Rate: L, Burst: L, Period: W}` (what `PerSecond(L)` gives), sleeping RetryAfter on denial; several limits are asked in turn. With a burst of L, GCRA lets up to 2L−1 through in some window of length W by design: its violations below are that setting against a sliding-window provider (a burst of 1 would avoid them, at the cost of spacing every request 1/rate apart).")
 	fmt.Fprintf(&b, "- *naive sliding log*: the common blog script (client ns clock, timestamp as member, ZREMRANGEBYSCORE/ZCARD/ZADD), a fixed %s backoff on denial.\n", naiveBackoff)
 	fmt.Fprintln(&b, "- *fixed window*: INCR + PEXPIRE per window, waiting for the next window on denial.")
 	fmt.Fprintln(&b, "- *x/time/rate per worker*: `golang.org/x/time/rate` in each worker with the limit split evenly across workers; no Redis.")
@@ -144,7 +144,7 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	if err != nil {
 		return fmt.Errorf("end-to-end: %w", err)
 	}
-	fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\nThe worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client; concurrency 16) joins first; then 16 publishers put %d jobs on the broker while it takes them to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all. Jobs per second from the first acceptance to the last, the median of three runs. Everything (broker, Redis, this process) shares the machine's two cores, so a Redis call per job competes with the work it gates; kfake is an in-process fake whose throughput says little about a real Kafka, and with three group members its rebalancing dominated every run (140–250 jobs/s, gate or not), so Kafka is measured with one worker.\n\n", e2eJobs)
+	fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\n%d jobs are queued up front by 16 publishers; then the worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client; concurrency 16) takes them to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all. Jobs per second from the first acceptance to the last, the median of three runs. Everything (broker, Redis, this process) shares the machine's two cores, so a Redis call per job competes with the work it gates; kfake is an in-process fake whose throughput says little about a real Kafka, and with three group members its rebalancing dominated every run (140–250 jobs/s, gate or not), so Kafka is measured with one worker.\n\n", e2eJobs)
 	e2eTable(&b, e2e)
 	fmt.Fprintln(&b, "\nGoal: the gate costs ≤ 15% of throughput.")
 

@@ -100,7 +100,7 @@ func ErrorText(err error) string {
 // Gate is the budget, shared by every worker (gate.Limiter).
 type Gate interface {
 	Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
-	Release(ctx context.Context, provider, jobID string, cost int64) error
+	Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) error
 	Pause(ctx context.Context, provider string, until time.Time) error
 	// Sent records that an admitted job's request was accepted though its delivery was not settled.
 	Sent(ctx context.Context, provider, jobID string) error
@@ -258,10 +258,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		s.late = time.Since(asked.Add(v.Delay))
 		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
-		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit || v.Duplicate || v.Moved {
-			// A duplicate's entry belongs to a request already sent (or being sent) by the first delivery,
-			// and a moved job's stands for whichever of its requests the provider counts: releasing either
-			// would free budget that may be in use.
+		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit {
 			break
 		}
 		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
@@ -272,16 +269,22 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", w.cfg.LateLimit))
 			break
 		}
+		if v.Duplicate || v.Moved {
+			// Not this delivery's to release: a duplicate's entry may stand for a request the first
+			// delivery sent, a moved one for whichever of its requests the provider counts. Asking again
+			// moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
+			continue
+		}
 		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
 		// one window later. Give the slot back and ask again, so the log records what the provider sees.
-		if err := w.gate.Release(ctx, provider, gid, j.Cost); err != nil {
+		if err := w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()); err != nil {
 			s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
 			return
 		}
 	}
 	if wait := w.pausedFor(provider); wait > 0 {
 		if !v.Duplicate && !v.Moved {
-			_ = w.gate.Release(ctx, provider, gid, j.Cost) // unused: give it back (best effort)
+			_ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()) // unused: give it back (best effort)
 		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
@@ -305,7 +308,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// another worker that sends into the throttle.
 		w.pause(ctx, provider, thr.RetryAfter)
 		if !v.Duplicate && !v.Moved {
-			_ = w.gate.Release(ctx, provider, gid, j.Cost)
+			_ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot())
 		}
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
 	case errors.Is(err, providers.ErrPermanent):

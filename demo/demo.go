@@ -434,9 +434,9 @@ func (c countingGate) Reserve(ctx context.Context, provider, jobID string, cost 
 	return v, err
 }
 
-func (c countingGate) Release(ctx context.Context, provider, jobID string, cost int64) error {
+func (c countingGate) Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) error {
 	c.st.call(provider, gate.Verdict{}, false)
-	return c.g.Release(ctx, provider, jobID, cost)
+	return c.g.Release(ctx, provider, jobID, cost, slot)
 }
 
 func (c countingGate) Sent(ctx context.Context, provider, jobID string) error {

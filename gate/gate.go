@@ -278,8 +278,10 @@ func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Tim
 
 // Release gives back a job's admission: its units leave the log and are free for later decisions. A
 // worker that woke too late to use its slot releases it and reserves again, so that what the log records
-// is what the provider sees. Releasing a job that is not in the log does nothing.
-func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64) error {
+// is what the provider sees. slot is the admission's slot (Verdict.Slot): if the id is in the log at
+// another slot, a redelivery was since admitted (moved) under it, and its entry is not released. A zero
+// slot releases the id wherever it is. Releasing a job that is not in the log does nothing.
+func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64, slot time.Time) error {
 	p, err := l.provider(providerName)
 	if err != nil {
 		return err
@@ -287,7 +289,11 @@ func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost 
 	if cost < 1 || cost > p.minLimit {
 		return invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
 	}
-	if err := releaseScript.Run(ctx, l.rdb, p.keys[:1], jobID, cost).Err(); err != nil {
+	at := int64(0)
+	if !slot.IsZero() {
+		at = slot.UnixMicro()
+	}
+	if err := releaseScript.Run(ctx, l.rdb, p.keys[:1], jobID, cost, at).Err(); err != nil {
 		return fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
 	}
 	return nil

@@ -670,10 +670,10 @@ func TestRelease(t *testing.T) {
 		if v := mustReserve(t, l, "c", 1, 0); v.Allowed {
 			t.Fatalf("full window admitted c: %+v", v)
 		}
-		if err := l.Release(ctx, prov, "a", 2); err != nil {
+		if err := l.Release(ctx, prov, "a", 2, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Release(ctx, prov, "never-admitted", 1); err != nil {
+		if err := l.Release(ctx, prov, "never-admitted", 1, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		log := readLog(t, rdb, l)
@@ -682,6 +682,32 @@ func TestRelease(t *testing.T) {
 		}
 		if v := mustReserve(t, l, "c", 2, 0); !v.Allowed || v.Remaining != 0 {
 			t.Fatalf("after release: %+v", v)
+		}
+
+		// Found in review: a worker releasing the slot it held must not remove the entry a redelivery
+		// has since been moved to; releasing at the slot it holds does.
+		l2, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 20 * time.Millisecond,
+			Providers: map[string][]gate.Policy{prov: {pol(5, time.Hour)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := mustReserve(t, l2, "d", 1, 0)
+		time.Sleep(50 * time.Millisecond)
+		moved := mustReserve(t, l2, "d", 1, 0)
+		if !moved.Moved {
+			t.Fatalf("redelivery: %+v, want moved", moved)
+		}
+		if err := l2.Release(ctx, prov, "d", 1, held.Slot()); err != nil {
+			t.Fatal(err)
+		}
+		if log := readLog(t, rdb, l2); len(log) != 1 || log[0].slot != moved.Slot().UnixMicro() {
+			t.Fatalf("log %+v: the old holder's release removed the moved entry", log)
+		}
+		if err := l2.Release(ctx, prov, "d", 1, moved.Slot()); err != nil {
+			t.Fatal(err)
+		}
+		if log := readLog(t, rdb, l2); len(log) != 0 {
+			t.Fatalf("log %+v after releasing the slot held, want empty", log)
 		}
 	})
 }
@@ -703,10 +729,10 @@ func TestEmbeddedAgreesWithRedis(t *testing.T) {
 		cost := int64(1 + rng.IntN(2))
 		switch op := rng.IntN(10); {
 		case op == 0:
-			if err := lr.Release(ctx, prov, id, cost); err != nil {
+			if err := lr.Release(ctx, prov, id, cost, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := le.Release(ctx, prov, id, cost); err != nil {
+			if err := le.Release(ctx, prov, id, cost, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		case op == 1 && i%50 == 1:
@@ -808,6 +834,16 @@ func TestStaleDuplicateIsMoved(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		if v := mustReserve(t, l3, "s", 1, 0); !v.Duplicate || v.Moved || !v.AdmittedAt.Equal(sent.Slot()) {
 			t.Fatalf("stale redelivery of a job marked sent: %+v, want a plain duplicate", v)
+		}
+
+		// Found in review: a redelivery that would go at the end of a pause, long after its own slot, is
+		// stale too, however soon after that slot it asks.
+		p := mustReserve(t, l3, "p", 1, 0)
+		if err := l3.Pause(context.Background(), prov, time.Now().Add(2*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if v := mustReserve(t, l3, "p", 1, 5*time.Second); !v.Moved || !v.Paused || v.Delay < time.Second || !v.AdmittedAt.Equal(p.Slot()) {
+			t.Fatalf("redelivery into a pause: %+v, want moved to the pause's end", v)
 		}
 	})
 }

@@ -27,7 +27,8 @@
 --   now_us          Redis TIME in µs: the only clock that enters a decision
 --   paused          1 when a provider pause is what sets the slot
 --   admitted_us     a duplicate's or moved job's old slot (when its id was admitted), µs; else 0
---   moved           1: the id was in the log at a slot more than stale µs ago, and not marked sent. Its earlier delivery may
+--   moved           1: the id was in the log at a slot more than stale µs before it would now go (now, or
+--                   the end of a pause), and not marked sent. Its earlier delivery may
 --                   never have sent its request, so this one is a new request at a new time: its entry
 --                   left the log and it was admitted afresh, first come first served, in this one step
 --                   (denied: its entry stays where it was). No budget is spent twice, and whichever of
@@ -89,7 +90,8 @@ local pause_until = tonumber(redis.call('GET', pause) or 0)
 local prev = redis.call('ZSCORE', log, id)
 local units
 local moved, old = 0, 0
-if prev and stale > 0 and now - tonumber(prev) > stale and redis.call('HEXISTS', KEYS[3], id) == 0 then
+-- Stale: it would go out more than `stale` after its own slot (now, or the end of a pause in force).
+if prev and stale > 0 and math.max(now, pause_until) - tonumber(prev) > stale and redis.call('HEXISTS', KEYS[3], id) == 0 then
   -- Every unit it had at its old slot goes, whatever its cost was then (the rare path: a scan of one slot).
   moved, old = 1, tonumber(prev)
   local gone = {}

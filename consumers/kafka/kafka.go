@@ -433,7 +433,11 @@ func (t *tracker) done(offset int64, onLost func()) error {
 		t.lost[offset] = onLost
 	}
 	next := int64(-1)
+	var committing []func() // lost-ack functions of the offsets this commit covers
 	for len(t.pending) > 0 && t.settled[t.pending[0]] {
+		if fn := t.lost[t.pending[0]]; fn != nil {
+			committing = append(committing, fn)
+		}
 		delete(t.settled, t.pending[0])
 		delete(t.lost, t.pending[0])
 		next = t.pending[0] + 1
@@ -444,6 +448,9 @@ func (t *tracker) done(offset int64, onLost func()) error {
 		err := t.gen.CommitOffsets(map[string]map[int]int64{t.topic: {t.partition: next}})
 		if err != nil {
 			t.mu.Unlock()
+			for _, fn := range committing { // acked, never committed: they will be read again
+				fn()
+			}
 			return fmt.Errorf("kafka: commit %s/%d: %w; the records will be read again", t.topic, t.partition, err)
 		}
 	}

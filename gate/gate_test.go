@@ -244,7 +244,7 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 			denied int
 			moved  int
 			// ids moved at least once
-			everMoved = map[string]bool{}
+			everMoved            = map[string]bool{}
 			suspects, suspectIDs []string
 		)
 		ctx := context.Background()

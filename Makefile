@@ -4,10 +4,12 @@ GO ?= go
 .PHONY: test services vet fmt build bench bench-quick bench-gate clean
 
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
-# machine to itself: they run after the other packages, not beside them.
+# machine to itself: they run after the other packages, not beside them. Then ten seconds of fuzzing the
+# job decoder, from the seed corpus in job/testdata/fuzz.
 test: services fmt vet
 	$(GO) test -race -count=1 -timeout 5m $$($(GO) list ./... | grep -v '/cmd/worker$$')
 	$(GO) test -race -count=1 -timeout 8m ./cmd/worker
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./job
 
 # Redis on 6379, a 3-node Redis Cluster on 7000-7002, RabbitMQ on 5672; installed with apt-get if missing.
 services:

@@ -112,6 +112,8 @@ type Provider struct {
 	URL     string        `mapstructure:"url"`
 	Timeout time.Duration `mapstructure:"timeout"`
 	Limits  []Limit       `mapstructure:"limits"`
+	// Algorithm is the gate's algorithm for this provider: sliding_log (the default, and for now the only).
+	Algorithm string `mapstructure:"algorithm"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
@@ -132,6 +134,7 @@ type Provider struct {
 // Provider defaults, applied by Load to every provider that leaves the key out.
 const (
 	DefaultMethod            = "POST"
+	DefaultAlgorithm         = "sliding_log"
 	DefaultIdempotencyHeader = "Idempotency-Key"
 	DefaultRetryAfter        = time.Second
 	DefaultRetryAfterMax     = time.Hour
@@ -142,6 +145,9 @@ const (
 func (pr Provider) WithDefaults() Provider {
 	if pr.Method == "" {
 		pr.Method = DefaultMethod
+	}
+	if pr.Algorithm == "" {
+		pr.Algorithm = DefaultAlgorithm
 	}
 	pr.Method = strings.ToUpper(pr.Method)
 	if pr.IdempotencyHeader == "" {
@@ -254,6 +260,13 @@ func Load(path string) (*Config, error) {
 	}
 	return &c, nil
 }
+
+// Algorithms are the gate algorithms a provider may name in algorithm.
+var Algorithms = []string{"sliding_log"}
+
+// secretKeys are keys people write when they put a secret in the file; the error says where it goes.
+var secretKeys = map[string]string{"password": "password_env", "url": "url_env", "token": "auth_env",
+	"secret": "auth_env", "api_key": "auth_env", "apikey": "auth_env", "auth": "auth_env", "authorization": "auth_env"}
 
 // envVar is the variable that overrides a key: PAYGATE_REDIS_ADDRS for redis.addrs.
 func envVar(key string) string {
@@ -518,7 +531,11 @@ func unknownKeys(settings map[string]any, t reflect.Type, path string) []string 
 		p := join(path, key)
 		ft, ok := known[key]
 		if !ok {
-			out = append(out, fmt.Sprintf("%s: unknown key", p))
+			msg := fmt.Sprintf("%s: unknown key", p)
+			if env, secret := secretKeys[strings.ToLower(key)]; secret && known[env] != nil {
+				msg += fmt.Sprintf("; secrets never live in the file: set %s to the name of an environment variable holding it", join(path, env))
+			}
+			out = append(out, msg)
 			continue
 		}
 		out = append(out, unknownIn(val, ft, p)...)
@@ -639,10 +656,14 @@ func (c *Config) Validate() error {
 
 func (pr Provider) validate(p *problems, path, name string, margin time.Duration) {
 	p.check(providerName.MatchString(name), path, "provider name must match [a-z0-9_-]{1,64}, got %q", name)
-	u, err := url.Parse(pr.URL)
-	p.check(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "",
-		path+".url", "must be an absolute http or https URL, got %q", pr.URL)
+	if u, err := url.Parse(pr.URL); pr.URL == "" {
+		p.add(path+".url", "required: the provider's API, an absolute http or https URL")
+	} else {
+		p.check(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "",
+			path+".url", "must be an absolute http or https URL, got %q", pr.URL)
+	}
 	p.check(pr.Timeout > 0, path+".timeout", "must be > 0, got %s", pr.Timeout)
+	p.check(slices.Contains(Algorithms, pr.Algorithm), path+".algorithm", "unknown algorithm %q (supported: %s)", pr.Algorithm, strings.Join(Algorithms, ", "))
 	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
 	seen := map[time.Duration]int{}
 	for i, l := range pr.Limits {

@@ -229,3 +229,27 @@ func TestUnknownEnv(t *testing.T) {
 		t.Fatalf("unknown %v, want the two typos", got)
 	}
 }
+
+// One fixture per configuration mistake in testdata/config (at the repository root), each with the exact
+// error it must produce in the .err file beside it ({file} stands for the fixture's path).
+func TestMistakeFixtures(t *testing.T) {
+	files, err := filepath.Glob("../testdata/config/*.yaml")
+	if err != nil || len(files) < 9 {
+		t.Fatalf("fixtures: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			want, err := os.ReadFile(strings.TrimSuffix(f, ".yaml") + ".err")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = config.Load(f)
+			if err == nil {
+				t.Fatal("loaded without an error")
+			}
+			if got, want := err.Error(), "config: "+strings.ReplaceAll(strings.TrimSpace(string(want)), "{file}", f); got != want {
+				t.Fatalf("error\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}

@@ -40,6 +40,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"trailing data", `{"id":"a","provider":"acme","amount":1,"currency":"EUR"} {}`, "body has data after the JSON object"},
 		{"invalid UTF-8", "{\"id\":\"\xff\",\"provider\":\"acme\",\"amount\":1,\"currency\":\"EUR\"}", "body is not valid UTF-8"},
 		{"too big", `{"id":"a","payload":{"x":"` + strings.Repeat("y", 70000) + `"}}`, "body is 70029 bytes, more than the 65536 allowed"},
+		{"10 MB body", `{"id":"a","payload":{"x":"` + strings.Repeat("y", 10<<20) + `"}}`, "body is 10485789 bytes, more than the 65536 allowed"},
 		{"duplicate key", `{"id":"a","id":"b","provider":"acme","amount":1,"currency":"EUR"}`, "id: duplicate key"},
 		{"missing id", `{"provider":"acme","amount":1,"currency":"EUR"}`, "id: required"},
 		{"empty id", `{"id":"","provider":"acme","amount":1,"currency":"EUR"}`, "id: must be 1..128 characters, got 0"},

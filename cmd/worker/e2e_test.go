@@ -104,6 +104,7 @@ type fleet struct {
 	workers []*exec.Cmd
 	tiers   []string
 	margin  time.Duration
+	env2    []string // more environment for the fleet's processes, after the defaults
 }
 
 func newFleet(t *testing.T, ps ...simProvider) *fleet {
@@ -132,7 +133,7 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 }
 
 func (f *fleet) env() []string {
-	return append(os.Environ(), "PAYGATE_AMQP_URL="+amqpURL(), "PAYGATE_GATE_MARGIN="+f.margin.String())
+	return append(append(os.Environ(), "PAYGATE_AMQP_URL="+amqpURL(), "PAYGATE_GATE_MARGIN="+f.margin.String()), f.env2...)
 }
 
 func (f *fleet) startWorker() *exec.Cmd {

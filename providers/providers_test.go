@@ -394,8 +394,15 @@ func TestConnectionPooling(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		// A connection goes back to the idle pool just after its response is read, on the transport's own
+		// goroutine: give it a moment, as any real gap between requests would. (Found flaky under load.)
+		time.Sleep(20 * time.Millisecond)
 		if burst == 0 {
-			time.Sleep(50 * time.Millisecond) // let spare refills land
+			// Let spare refills land: wait until the count holds still.
+			for prev, deadline := -1, time.Now().Add(2*time.Second); openedNow() != prev && time.Now().Before(deadline); {
+				prev = openedNow()
+				time.Sleep(100 * time.Millisecond)
+			}
 			afterFirst = openedNow()
 		}
 	}

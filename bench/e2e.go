@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -195,11 +194,7 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 }
 
 func deleteRabbit(url, x string) {
-	var tiers []string
-	for _, t := range e2eTiers {
-		tiers = append(tiers, consumers.TierName(t))
-	}
-	deleteRabbitNamed(url, x, "p", tiers)
+	_ = rabbitmq.DeleteTopology(url, rabbitmq.TopologyOf(x, []string{"p"}, e2eTiers))
 }
 
 // footprint runs a real worker process at a provider's full budget (100/1s and 3000/1m, RabbitMQ) and
@@ -246,7 +241,9 @@ providers:
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return res, err
 	}
-	defer deleteRabbitNamed(amqpURL, x, "acme", []string{"1s", "5s"})
+	defer func() {
+		_ = rabbitmq.DeleteTopology(amqpURL, rabbitmq.TopologyOf(x, []string{"acme"}, []time.Duration{time.Second, 5 * time.Second}))
+	}()
 	env := append(os.Environ(), "PAYGATE_AMQP_URL="+amqpURL)
 	enq := exec.CommandContext(ctx, bin, "enqueue", "--config", cfg, "--provider", "acme", "--count", strconv.Itoa(int(runFor.Seconds())*150))
 	enq.Env = env
@@ -281,24 +278,4 @@ providers:
 	}
 	_ = rdb.Del(ctx, keys[0]).Err()
 	return res, nil
-}
-
-func deleteRabbitNamed(url, x, provider string, tiers []string) {
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	for _, q := range []string{x + "." + provider, x + ".dead"} {
-		_, _ = ch.QueueDelete(q, false, false, false)
-	}
-	for _, t := range tiers {
-		_, _ = ch.QueueDelete(x+".delay."+t, false, false, false)
-		_ = ch.ExchangeDelete(x+".delay."+t, false, false)
-	}
-	_ = ch.ExchangeDelete(x, false, false)
 }

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,6 +11,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/kafka"
+	"github.com/paygate/paygate/consumers/rabbitmq"
 )
 
 // census is what a broker holds once the workers have stopped: jobs still queued (provider queues and
@@ -43,14 +44,9 @@ func kafkaCensus(ctx context.Context, brokers []string, prefix string, providers
 	tr := &kafkago.Transport{}
 	defer tr.CloseIdleConnections()
 	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
-	var pending []string
-	for _, p := range providers {
-		pending = append(pending, prefix+"."+p)
-	}
-	for _, t := range delayTiers {
-		pending = append(pending, prefix+".retry."+consumers.TierName(t))
-	}
-	dead := prefix + ".dead"
+	names := kafka.TopicsOf(prefix, providers, delayTiers)
+	pending := append(slices.Clone(names.Providers), names.Retries...)
+	dead := names.Dead
 	topics := append(slices.Clone(pending), dead)
 	defer func() {
 		if _, derr := cl.DeleteTopics(context.WithoutCancel(ctx), &kafkago.DeleteTopicsRequest{Topics: topics}); derr != nil && err == nil {
@@ -166,30 +162,13 @@ func rabbitCensus(ctx context.Context, url, exchange string, providers []string)
 	if err != nil {
 		return nil, err
 	}
-	var delays, queues []string
-	for _, t := range delayTiers {
-		delays = append(delays, exchange+".delay."+consumers.TierName(t))
-	}
-	for _, p := range providers {
-		queues = append(queues, exchange+"."+p)
-	}
-	all := append(append(slices.Clone(delays), queues...), exchange+".dead")
+	topo := rabbitmq.TopologyOf(exchange, providers, delayTiers)
 	defer func() {
-		var errs []error
-		for _, q := range all {
-			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		for _, x := range append(delays, exchange) {
-			if err := ch.ExchangeDelete(x, false, false); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if derr := errors.Join(errs...); derr != nil && err == nil {
+		if derr := rabbitmq.DeleteTopology(url, topo); derr != nil && err == nil {
 			err = fmt.Errorf("rabbitmq: deleting the demo's topology: %w", derr)
 		}
 	}()
+	all := append(append(slices.Clone(topo.Delays), topo.Queues...), topo.Dead)
 	c = newCensus()
 	take := func(q string) (int, error) {
 		n := 0
@@ -202,7 +181,7 @@ func rabbitCensus(ctx context.Context, url, exchange string, providers []string)
 				return n, nil
 			}
 			n++
-			if q != exchange+".dead" {
+			if q != topo.Dead {
 				c.queued[jobID(m.Body)] = true
 				continue
 			}

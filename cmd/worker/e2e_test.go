@@ -21,6 +21,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -243,27 +244,16 @@ func (f *fleet) cleanup() {
 			_ = w.Wait()
 		}
 	}
-	conn, err := amqp.Dial(amqpURL())
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	queues := []string{f.x + ".dead"}
+	var providers []string
 	for p := range f.sims {
-		queues = append(queues, f.x+"."+p)
+		providers = append(providers, p)
 	}
+	var tiers []time.Duration
 	for _, tier := range f.tiers {
-		queues = append(queues, f.x+".delay."+tier)
-		_ = ch.ExchangeDelete(f.x+".delay."+tier, false, false)
+		d, _ := time.ParseDuration(tier)
+		tiers = append(tiers, d)
 	}
-	for _, q := range queues {
-		_, _ = ch.QueueDelete(q, false, false, false)
-	}
-	_ = ch.ExchangeDelete(f.x, false, false)
+	_ = rabbitmq.DeleteTopology(amqpURL(), rabbitmq.TopologyOf(f.x, providers, tiers))
 }
 
 func (f *fleet) waitFor(what string, timeout time.Duration, cond func() bool) {

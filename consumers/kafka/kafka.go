@@ -554,3 +554,23 @@ func headers(hs []kafkago.Header) map[string]string {
 	}
 	return out
 }
+
+// Topics is what the adapter creates for a topic prefix T: the names an operator, a test or the demo reads.
+type Topics struct {
+	Providers []string // T.<provider>, in the order given
+	Retries   []string // T.retry.<tier>
+	Dead      string   // T.dead
+}
+
+// TopicsOf names the topics Open creates for these providers and delay tiers.
+func TopicsOf(prefix string, providers []string, tiers []time.Duration) Topics {
+	b := &Broker{o: Options{TopicPrefix: prefix}}
+	t := Topics{Dead: b.dead()}
+	for _, p := range providers {
+		t.Providers = append(t.Providers, b.topic(p))
+	}
+	for _, d := range tiers {
+		t.Retries = append(t.Retries, b.retry(d))
+	}
+	return t
+}

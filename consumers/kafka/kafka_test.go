@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -95,4 +96,13 @@ func readDead(t *testing.T, bs []string, topic string, want int) []conformance.D
 		r.Close()
 	}
 	return out
+}
+
+// The names are a public contract (README, "Kafka topics").
+func TestTopicsOf(t *testing.T) {
+	got := kafka.TopicsOf("payments", []string{"acme"}, []time.Duration{time.Second, time.Hour})
+	if fmt.Sprint(got) != fmt.Sprint(kafka.Topics{Providers: []string{"payments.acme"},
+		Retries: []string{"payments.retry.1s", "payments.retry.1h"}, Dead: "payments.dead"}) {
+		t.Fatalf("%+v", got)
+	}
 }

@@ -636,3 +636,51 @@ func redact(raw string) string {
 	}
 	return u.Redacted()
 }
+
+// Topology is what the adapter declares for an exchange X: the names an operator, a test or the demo
+// reads or removes.
+type Topology struct {
+	Exchange string   // X, direct
+	Queues   []string // X.<provider>, in the order given
+	Delays   []string // X.delay.<tier>: each a fanout exchange and its queue
+	Dead     string   // X.dead
+}
+
+// TopologyOf names the topology Open declares for these providers and delay tiers.
+func TopologyOf(exchange string, providers []string, tiers []time.Duration) Topology {
+	b := &Broker{o: Options{Exchange: exchange}}
+	t := Topology{Exchange: exchange, Dead: b.dead()}
+	for _, p := range providers {
+		t.Queues = append(t.Queues, b.queue(p))
+	}
+	for _, d := range tiers {
+		t.Delays = append(t.Delays, b.delay(d))
+	}
+	return t
+}
+
+// DeleteTopology removes every queue and exchange of t, with the messages in them. What is already gone
+// is not an error.
+func DeleteTopology(url string, t Topology) error {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: connect %s: %w", redact(url), err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, q := range append(append(append([]string(nil), t.Delays...), t.Queues...), t.Dead) {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, x := range append(append([]string(nil), t.Delays...), t.Exchange) {
+		if err := ch.ExchangeDelete(x, false, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -48,24 +49,7 @@ func open(t *testing.T, tiers ...time.Duration) (*rabbitmq.Broker, string) {
 }
 
 func deleteTopology(x string, tiers []time.Duration) {
-	conn, err := amqp.Dial(amqpURL())
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	names := []string{x + ".acme", x + ".dead"}
-	for _, t := range tiers {
-		names = append(names, x+".delay."+consumers.TierName(t))
-		_ = ch.ExchangeDelete(x+".delay."+consumers.TierName(t), false, false)
-	}
-	for _, q := range names {
-		_, _ = ch.QueueDelete(q, false, false, false)
-	}
-	_ = ch.ExchangeDelete(x, false, false)
+	_ = rabbitmq.DeleteTopology(amqpURL(), rabbitmq.TopologyOf(x, []string{"acme"}, tiers))
 }
 
 func next(t *testing.T, ch <-chan consumers.Delivery, within time.Duration) consumers.Delivery {
@@ -267,5 +251,15 @@ func TestQueueDeletedUnderConsumer(t *testing.T) {
 	}
 	if d := next(t, stream, 10*time.Second); string(d.Body()) != `{"id":"after"}` {
 		t.Fatalf("after redeclare: %s", d.Body())
+	}
+}
+
+// The names are a public contract (README, "RabbitMQ topology").
+func TestTopologyOf(t *testing.T) {
+	got := rabbitmq.TopologyOf("payments", []string{"acme", "globex"}, []time.Duration{time.Second, 2 * time.Minute})
+	want := rabbitmq.Topology{Exchange: "payments", Queues: []string{"payments.acme", "payments.globex"},
+		Delays: []string{"payments.delay.1s", "payments.delay.2m"}, Dead: "payments.dead"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%+v, want %+v", got, want)
 	}
 }

@@ -5,7 +5,8 @@
 // would take any window over its limit gets 429 with Retry-After and counts as a violation (it is not
 // accepted). It deduplicates by the idempotency header: a key seen before gets the stored response and
 // counts as a duplicate, never as a second charge. Injected faults (500s, hung requests) are counted
-// apart. GET /stats reports it all as JSON; GET /keys lists the keys accepted.
+// apart. GET /stats reports it all as JSON; GET /keys lists the keys accepted; POST /faults changes the
+// injected faults while it runs (a 429 storm, an outage, a latency, error rates).
 package sim
 
 import (
@@ -70,6 +71,42 @@ type Options struct {
 	// OnAccept, when set, is told of every accepted (charged) request, in order, under the provider's
 	// lock: it must be quick and must not call the provider.
 	OnAccept func(key string, at time.Time)
+	// EarlyGrace: a request that arrives while a Retry-After the provider gave is still running counts
+	// as early (Stats.EarlyAfter429) only if it arrives more than this after the first 429 of that quiet
+	// period, which lets requests already on the wire land. Default 250ms.
+	EarlyGrace time.Duration
+}
+
+// Faults are the faults injected from now on (POST /faults), replacing the earlier ones. A storm or an
+// outage lasts its For from the moment it is set.
+type Faults struct {
+	ErrorRate   float64  `json:"error_rate"`   // share answered 500
+	TimeoutRate float64  `json:"timeout_rate"` // share that hang until the client gives up
+	Latency     Duration `json:"latency"`      // added to every answer
+	// ThrottleFor: a 429 storm. Every payment request is answered 429 with Retry-After (whole seconds,
+	// at least 1) and is not charged.
+	ThrottleFor Duration `json:"throttle_for"`
+	RetryAfter  Duration `json:"retry_after"`
+	// DownFor: an outage. Every payment request has its connection closed without an answer.
+	DownFor Duration `json:"down_for"`
+}
+
+// Duration is a time.Duration written as "1.5s" in JSON.
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("sim: want a duration such as \"1.5s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("sim: want a duration >= 0 such as \"1.5s\", got %q", s)
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // Provider is the simulated provider, an http.Handler.
@@ -82,20 +119,29 @@ type Provider struct {
 	accepted []time.Time // accepted requests, in order, trimmed to the longest window
 	keys     map[string][]byte
 	stats    Stats
+	// Runtime faults (POST /faults) and the quiet period the provider's 429s asked for.
+	throttleUntil, downUntil time.Time
+	retryAfter               time.Duration
+	quietFrom, quietUntil    time.Time
 }
 
 // Stats is what GET /stats returns.
 type Stats struct {
-	Requests         int64         `json:"requests"`
-	Accepted         int64         `json:"accepted"`
-	Duplicates       int64         `json:"duplicates"`
-	Violations       int64         `json:"violations"`
-	ErrorsInjected   int64         `json:"errors_injected"`   // 500s and hung requests
-	TimeoutsInjected int64         `json:"timeouts_injected"` // the hung ones among them
-	BadRequests      int64         `json:"bad_requests"`      // no idempotency key, unreadable body
-	FirstAccepted    *time.Time    `json:"first_accepted"`
-	LastAccepted     *time.Time    `json:"last_accepted"`
-	Windows          []WindowStats `json:"windows"`
+	Requests          int64 `json:"requests"`
+	Accepted          int64 `json:"accepted"`
+	Duplicates        int64 `json:"duplicates"`
+	Violations        int64 `json:"violations"`
+	ErrorsInjected    int64 `json:"errors_injected"`    // 500s and hung requests
+	TimeoutsInjected  int64 `json:"timeouts_injected"`  // the hung ones among them
+	BadRequests       int64 `json:"bad_requests"`       // no idempotency key, unreadable body
+	ThrottledInjected int64 `json:"throttled_injected"` // 429s of a storm (POST /faults)
+	DownRefused       int64 `json:"down_refused"`       // requests cut during an outage
+	// EarlyAfter429 counts payment requests that arrived while a Retry-After this provider gave was
+	// still running (after Options.EarlyGrace): a client that does not pause together.
+	EarlyAfter429 int64         `json:"early_after_429"`
+	FirstAccepted *time.Time    `json:"first_accepted"`
+	LastAccepted  *time.Time    `json:"last_accepted"`
+	Windows       []WindowStats `json:"windows"`
 }
 
 // WindowStats is one window's bookkeeping.
@@ -122,6 +168,9 @@ func New(o Options) (*Provider, error) {
 	}
 	if o.IdempotencyHeader == "" {
 		o.IdempotencyHeader = "Idempotency-Key"
+	}
+	if o.EarlyGrace <= 0 {
+		o.EarlyGrace = 250 * time.Millisecond
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -167,6 +216,8 @@ const (
 	violation
 	fail
 	hang
+	throttled
+	down
 )
 
 // admit decides one request at the provider's clock. It holds the lock for the whole decision, so the
@@ -175,6 +226,19 @@ func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duratio
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stats.Requests++
+	now := p.o.Now()
+	if now.Before(p.quietUntil) && now.Sub(p.quietFrom) > p.o.EarlyGrace {
+		p.stats.EarlyAfter429++
+	}
+	switch {
+	case now.Before(p.downUntil):
+		p.stats.DownRefused++
+		return down, nil, 0
+	case now.Before(p.throttleUntil):
+		p.stats.ThrottledInjected++
+		p.quiet(now, p.retryAfter)
+		return throttled, nil, p.retryAfter
+	}
 	if stored, ok := p.keys[key]; ok {
 		p.stats.Duplicates++
 		return duplicate, stored, 0
@@ -188,7 +252,6 @@ func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duratio
 		p.stats.ErrorsInjected++
 		return fail, nil, 0
 	}
-	now := p.o.Now()
 	p.trim(now)
 	var retry time.Duration
 	for _, w := range p.o.Limits {
@@ -201,6 +264,7 @@ func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duratio
 	}
 	if retry > 0 {
 		p.stats.Violations++
+		p.quiet(now, retry)
 		return violation, nil, retry
 	}
 	p.accepted = append(p.accepted, now)
@@ -218,6 +282,41 @@ func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duratio
 	resp, _ := json.Marshal(map[string]any{"status": "accepted", "idempotency_key": key, "accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
 	p.keys[key] = resp
 	return accept, resp, 0
+}
+
+// quiet records that a 429 told clients to come back after retry (as the Retry-After header rounds it).
+func (p *Provider) quiet(now time.Time, retry time.Duration) {
+	until := now.Add(retryAfterSeconds(retry) * time.Second)
+	if !now.Before(p.quietUntil) {
+		p.quietFrom = now
+	}
+	if until.After(p.quietUntil) {
+		p.quietUntil = until
+	}
+}
+
+// retryAfterSeconds is the Retry-After header's value: whole seconds, rounded up, at least 1.
+func retryAfterSeconds(d time.Duration) time.Duration {
+	return max(1, (d+time.Second-1)/time.Second)
+}
+
+// SetFaults replaces the injected faults (see Faults).
+func (p *Provider) SetFaults(f Faults) error {
+	if f.ErrorRate < 0 || f.ErrorRate > 1 || f.TimeoutRate < 0 || f.TimeoutRate > 1 || f.ErrorRate+f.TimeoutRate > 1 {
+		return fmt.Errorf("sim: error rate %v and timeout rate %v must be in [0,1] and sum to at most 1", f.ErrorRate, f.TimeoutRate)
+	}
+	if f.ThrottleFor > 0 && f.RetryAfter <= 0 {
+		return errors.New("sim: a 429 storm (throttle_for) needs retry_after")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.o.Now()
+	p.o.ErrorRate, p.o.TimeoutRate = f.ErrorRate, f.TimeoutRate
+	p.o.Latency, p.o.Jitter = time.Duration(f.Latency), min(p.o.Jitter, time.Duration(f.Latency))
+	p.throttleUntil = now.Add(time.Duration(f.ThrottleFor))
+	p.retryAfter = time.Duration(f.RetryAfter)
+	p.downUntil = now.Add(time.Duration(f.DownFor))
+	return nil
 }
 
 // inWindow returns the accepted requests in (now-per, now], oldest first.
@@ -245,6 +344,25 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(p.AcceptedKeys())
 		return
 	}
+	if r.URL.Path == "/faults" {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST /faults", http.StatusMethodNotAllowed)
+			return
+		}
+		var f Faults
+		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f); err != nil {
+			http.Error(w, "faults: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := p.SetFaults(f); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if r.URL.Path == "/stats" {
 		if r.Method != http.MethodGet {
 			http.Error(w, "GET /stats", http.StatusMethodNotAllowed)
@@ -270,6 +388,15 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	v, resp, retry := p.admit(key, body)
 	switch v {
+	case down:
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close() // an outage: the connection dies without an answer
+				return
+			}
+		}
+		writeJSON(w, http.StatusBadGateway, `{"error":"provider down"}`)
+		return
 	case hang:
 		select {
 		case <-r.Context().Done():
@@ -281,9 +408,8 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.sleep(r.Context())
 		writeJSON(w, http.StatusInternalServerError, `{"error":"injected failure"}`)
 		return
-	case violation:
-		secs := int64((retry + time.Second - 1) / time.Second) // Retry-After is whole seconds, rounded up
-		w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+	case violation, throttled:
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfterSeconds(retry)), 10))
 		writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limit exceeded"}`)
 		return
 	}
@@ -292,12 +418,12 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Provider) sleep(ctx context.Context) {
+	p.mu.Lock()
 	d := p.o.Latency
 	if p.o.Jitter > 0 {
-		p.mu.Lock()
 		d += time.Duration(p.rng.Int64N(int64(2*p.o.Jitter)+1)) - p.o.Jitter
-		p.mu.Unlock()
 	}
+	p.mu.Unlock()
 	if d <= 0 {
 		return
 	}

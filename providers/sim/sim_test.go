@@ -239,3 +239,54 @@ func TestParseLimits(t *testing.T) {
 		}
 	}
 }
+
+// POST /faults: a 429 storm answers every request 429 with Retry-After and charges nothing; requests that
+// arrive before the Retry-After ran out (after the grace) count as early; an outage cuts connections.
+func TestRuntimeFaults(t *testing.T) {
+	p, c := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 100, Per: time.Second}}})
+	setFaults := func(body string, want int) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		p.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/faults", strings.NewReader(body)))
+		if w.Code != want {
+			t.Fatalf("POST /faults %s: %d %s, want %d", body, w.Code, w.Body, want)
+		}
+	}
+	setFaults(`{"throttle_for":"10s","retry_after":"2s"}`, http.StatusNoContent)
+	r := post(t, p, "a")
+	if r.Code != http.StatusTooManyRequests || r.Header().Get("Retry-After") != "2" {
+		t.Fatalf("in a storm: %d Retry-After %q, want 429 and 2", r.Code, r.Header().Get("Retry-After"))
+	}
+	c.Advance(100 * time.Millisecond) // within the grace: on the wire already
+	post(t, p, "b")
+	c.Advance(time.Second) // inside the Retry-After, past the grace: early
+	post(t, p, "c")
+	if st := p.Stats(); st.ThrottledInjected != 3 || st.EarlyAfter429 != 1 || st.Accepted != 0 || st.Violations != 0 {
+		t.Fatalf("storm stats %+v, want 3 throttled, 1 early, nothing charged", st)
+	}
+	setFaults(`{}`, http.StatusNoContent) // storm over
+	c.Advance(3 * time.Second)
+	if r := post(t, p, "a"); r.Code != http.StatusOK {
+		t.Fatalf("after the storm: %d", r.Code)
+	}
+	if st := p.Stats(); st.EarlyAfter429 != 1 || st.Accepted != 1 {
+		t.Fatalf("after the storm %+v", st)
+	}
+
+	for _, bad := range []string{`{"error_rate":1.5}`, `{"throttle_for":"1s"}`, `{"down_for":"-1s"}`, `{"down_for":5}`, `{"unknown":1}`} {
+		setFaults(bad, http.StatusBadRequest)
+	}
+
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	setFaults(`{"down_for":"1m"}`, http.StatusNoContent)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "d")
+	if resp, err := srv.Client().Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("down: answered %d, want the connection cut", resp.StatusCode)
+	}
+	if st := p.Stats(); st.DownRefused != 1 || st.Accepted != 1 {
+		t.Fatalf("down stats %+v", st)
+	}
+}

@@ -375,15 +375,24 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 
 // pause tells the whole cluster (through the gate) and this process to hold the provider.
 func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
-	until := w.now().Add(d)
-	w.mu.Lock()
-	if until.After(w.pausedTill[provider]) {
-		w.pausedTill[provider] = until
-	}
-	w.mu.Unlock()
+	until := w.NotePause(provider, d)
 	if err := w.gate.Pause(ctx, provider, until); err != nil {
 		w.redisLog.warn(w.log, "gate unreachable: pause not shared", zap.String("provider", provider), zap.Error(err))
 	}
+}
+
+// NotePause holds the provider in this process for d: no job of it is dispatched until then, even one
+// holding a slot reserved before the pause; they are deferred instead. The gate announces every pause
+// a worker sets (gate.Limiter.WatchPauses), so the whole cluster holds together. It returns the end of
+// the pause.
+func (w *Worker) NotePause(provider string, d time.Duration) time.Time {
+	until := w.now().Add(d)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if until.After(w.pausedTill[provider]) {
+		w.pausedTill[provider] = until
+	}
+	return until
 }
 
 func (w *Worker) pausedFor(provider string) time.Duration {

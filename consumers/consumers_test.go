@@ -515,3 +515,31 @@ func TestAcceptedButUnsettledIsMarkedSent(t *testing.T) {
 		t.Fatalf("a's entry moved from %v to %v: the redelivery of an accepted job spent a new unit", slot, now)
 	}
 }
+
+// A pause another worker set (announced through gate.Limiter.WatchPauses, noted with NotePause) holds a
+// job that reserved its slot before the pause: it is deferred, not sent, and its unit goes back.
+func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 3 * time.Second},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 1, Window: time.Second}}, handler: status(200, "")})
+	ctx := context.Background()
+	if v, err := h.gate.Allow(ctx, "acme", "filler", 1); err != nil || !v.Allowed {
+		t.Fatalf("filler: %+v %v", v, err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // job "a" is asleep on its slot, about a second ahead
+		h.worker.NotePause("acme", 5*time.Second)
+	}()
+	s := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("a", "acme")) })
+	if s.Kind != "defer" || s.After < 4*time.Second || h.calls["acme"].Load() != 0 {
+		t.Fatalf("settled %s after %v with %d provider calls; want deferred ~5s, never sent", s.Kind, s.After, h.calls["acme"].Load())
+	}
+	keys, err := h.gate.Keys("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZScore(ctx, keys[0], "a").Err(); err != redis.Nil {
+		t.Fatalf("the held job's unit is still in the log (%v), want it released", err)
+	}
+}

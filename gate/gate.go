@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,6 +106,7 @@ type Options struct {
 // Limiter is the gate. It is safe for concurrent use; its state lives in Redis.
 type Limiter struct {
 	rdb       redis.Scripter
+	pauses    string // the channel pauses are announced on
 	margin    time.Duration
 	stale     int64 // µs
 	providers map[string]provider
@@ -132,7 +134,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.StaleAfter < 0 || opts.StaleAfter > MaxWindow {
 		return nil, fmt.Errorf("gate: stale-after must be 0..%s, got %s", MaxWindow, opts.StaleAfter)
 	}
-	l := &Limiter{rdb: rdb, margin: opts.Margin, stale: micros(opts.StaleAfter), providers: make(map[string]provider, len(opts.Providers))}
+	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: opts.Margin, stale: micros(opts.StaleAfter), providers: make(map[string]provider, len(opts.Providers))}
 	for name, policies := range opts.Providers {
 		if !providerName.MatchString(name) {
 			return nil, fmt.Errorf("gate: provider name %q must match %s", name, providerName)
@@ -270,10 +272,43 @@ func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Tim
 	if d <= 0 {
 		return nil
 	}
-	if err := pauseScript.Run(ctx, l.rdb, p.keys[1:2], micros(min(d, MaxHorizon))).Err(); err != nil {
+	if err := pauseScript.Run(ctx, l.rdb, p.keys[1:2], micros(min(d, MaxHorizon)), l.pauses, providerName).Err(); err != nil {
 		return fmt.Errorf("gate: pause %s: %w", providerName, err)
 	}
 	return nil
+}
+
+// Subscriber is the part of a go-redis client that WatchPauses needs (every client has it).
+type Subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// WatchPauses calls notify with every pause any worker sets (Pause), as it is set, until ctx ends: the
+// provider and how long the pause in force still runs. A reservation handed out before a pause is
+// already in the log; the Redis pause only binds later decisions, so a worker holding one learns of
+// the pause here and holds it too. The subscription survives reconnects (go-redis resubscribes); a
+// pause set while the connection was down is missed, and binds only later decisions. notify runs on
+// the watcher's goroutine.
+func (l *Limiter) WatchPauses(ctx context.Context, sub Subscriber, notify func(provider string, remaining time.Duration)) error {
+	ps := sub.Subscribe(ctx, l.pauses)
+	defer ps.Close()
+	msgs := ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-msgs:
+			if !ok {
+				return errors.New("gate: pause subscription closed")
+			}
+			name, us, ok := strings.Cut(m.Payload, " ")
+			n, err := strconv.ParseInt(us, 10, 64)
+			if _, known := l.providers[name]; !ok || err != nil || !known || n <= 0 {
+				continue // another deployment's provider on a shared prefix, or not a pause
+			}
+			notify(name, time.Duration(n)*time.Microsecond)
+		}
+	}
 }
 
 // Release gives back a job's admission: its units leave the log and are free for later decisions. A

@@ -861,3 +861,59 @@ func TestStaleDuplicateIsMoved(t *testing.T) {
 		}
 	})
 }
+
+// A pause set by one worker reaches the others as it is set, so that reservations they made before it
+// are held too; announcements for providers this gate does not know are ignored.
+func TestWatchPauses(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		prefix := uniquePrefix(t)
+		mk := func(names ...string) *gate.Limiter {
+			ps := map[string][]gate.Policy{}
+			for _, n := range names {
+				ps[n] = []gate.Policy{pol(10, time.Second)}
+			}
+			l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: ps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		watcher, other := mk(prov), mk(prov, "globex")
+		type notice struct {
+			provider string
+			left     time.Duration
+		}
+		got := make(chan notice, 4)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- watcher.WatchPauses(ctx, rdb, func(p string, d time.Duration) { got <- notice{p, d} })
+		}()
+		// The subscription is asynchronous: pause until a notice arrives.
+		var n notice
+		deadline := time.After(5 * time.Second)
+	wait:
+		for {
+			if err := other.Pause(context.Background(), "globex", time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Pause(context.Background(), prov, time.Now().Add(3*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case n = <-got:
+				break wait
+			case <-time.After(100 * time.Millisecond):
+			case <-deadline:
+				t.Fatal("no pause notice within 5s")
+			}
+		}
+		if n.provider != prov || n.left <= 2*time.Second || n.left > 3*time.Second {
+			t.Fatalf("notice %+v, want %s with about 3s left (globex is not this gate's)", n, prov)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("WatchPauses after cancel: %v", err)
+		}
+	})
+}

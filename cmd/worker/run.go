@@ -81,6 +81,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Warn("redis unreachable at start: jobs are deferred until it answers", zap.Error(err))
 	}
+	// Every worker holds a provider as soon as any of them is throttled (gate.Limiter.WatchPauses).
+	go func() {
+		notePause := func(provider string, d time.Duration) { w.NotePause(provider, d) }
+		if err := limiter.WatchPauses(ctx, rdb, notePause); err != nil {
+			log.Warn("pause announcements stopped: pauses still bind new gate decisions", zap.Error(err))
+		}
+	}()
 	log.Info("worker running", zap.String("http", srv.Addr()), zap.String("broker", c.Broker.Kind),
 		zap.String("redis", c.Redis.String()), zap.Strings("providers", c.ProviderNames()))
 	err = w.Run(ctx, b)

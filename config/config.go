@@ -71,6 +71,9 @@ type Gate struct {
 	// Margin is added to every window to absorb jitter between the gate's decision and the provider's
 	// receipt; it costs Margin/Window of the budget.
 	Margin time.Duration `mapstructure:"margin"`
+	// WarmUp holds a provider after its state in Redis was lost (a restart without persistence), for its
+	// shortest window plus the margin plus worker.max_inline_wait (gate.Options.WarmUp).
+	WarmUp bool `mapstructure:"warmup"`
 }
 
 // Broker selects and configures the job queue.
@@ -182,6 +185,7 @@ var defaults = map[string]any{
 	"redis.tls":                       false,
 	"redis.key_prefix":                "paygate",
 	"gate.margin":                     "10ms",
+	"gate.warmup":                     true,
 	"broker.kind":                     "rabbitmq",
 	"broker.rabbitmq.url_env":         "PAYGATE_AMQP_URL",
 	"broker.rabbitmq.exchange":        "payments",

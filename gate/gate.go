@@ -99,6 +99,16 @@ type Options struct {
 	// the log and it is admitted afresh, first come first served, in one atomic step (Verdict.Moved).
 	// 0 disables it: a duplicate then always goes at its own slot or now. The worker uses margin/2.
 	StaleAfter time.Duration
+	// WarmUp turns on the warm-up after a loss of state. A Redis restart without persistence, a failover
+	// to a replica that had not caught up, or a FLUSHALL forgets the log, while the provider still counts
+	// what it received. The gate notices (a per-provider epoch key is missing) and pauses the provider
+	// for its shortest window plus Margin plus Horizon, so that nothing admitted after the loss shares
+	// one of those windows with a request sent, or a reservation handed out, before it. Windows longer
+	// than that are not covered (see README, Reliability). The first decision a fresh gate makes for a
+	// provider looks the same, so it warms up too.
+	WarmUp bool
+	// Horizon is the longest reservation workers hold (their max wait); only the warm-up uses it.
+	Horizon time.Duration
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its policies, all enforced together.
 	Providers map[string][]Policy
 }
@@ -114,8 +124,9 @@ type Limiter struct {
 
 type provider struct {
 	policies []Policy
-	keys     []string // log, pause
+	keys     []string // log, pause, sent, epoch
 	args     []any    // margin µs, then limit, window µs per policy
+	warmup   int64    // µs; 0: off
 	minLimit int64
 }
 
@@ -130,6 +141,9 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	}
 	if len(opts.Providers) == 0 {
 		return nil, errors.New("gate: no providers")
+	}
+	if opts.Horizon < 0 {
+		return nil, fmt.Errorf("gate: horizon must be >= 0, got %s", opts.Horizon)
 	}
 	if opts.StaleAfter < 0 || opts.StaleAfter > MaxWindow {
 		return nil, fmt.Errorf("gate: stale-after must be 0..%s, got %s", MaxWindow, opts.StaleAfter)
@@ -154,8 +168,15 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 			p.args = append(p.args, pol.Limit, micros(pol.Window))
 			p.minLimit = min(p.minLimit, pol.Limit)
 		}
+		if opts.WarmUp {
+			shortest := policies[0].Window
+			for _, pol := range policies {
+				shortest = min(shortest, pol.Window)
+			}
+			p.warmup = micros(shortest + opts.Margin + min(opts.Horizon, MaxHorizon))
+		}
 		tag := opts.Prefix + ":{" + name + "}:"
-		p.keys = []string{tag + "log", tag + "pause", tag + "sent"}
+		p.keys = []string{tag + "log", tag + "pause", tag + "sent", tag + "epoch"}
 		l.providers[name] = p
 	}
 	return l, nil
@@ -226,8 +247,8 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 	case maxWait < 0:
 		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
 	}
-	args := make([]any, 0, 4+len(p.args))
-	args = append(args, jobID, cost, microsFloor(min(maxWait, MaxHorizon)), l.stale) // never a slot past the caller's wait
+	args := make([]any, 0, 5+len(p.args))
+	args = append(args, jobID, cost, microsFloor(min(maxWait, MaxHorizon)), l.stale, p.warmup) // never a slot past the caller's wait
 	args = append(args, p.args...)
 	reply, err := slidingLog.Run(ctx, l.rdb, p.keys, args...).Int64Slice()
 	if err != nil {

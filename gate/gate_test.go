@@ -917,3 +917,52 @@ func TestWatchPauses(t *testing.T) {
 		}
 	})
 }
+
+// Warm-up: a provider whose state is missing (first decision, or the log lost in a Redis restart) is
+// held for its shortest window + margin + horizon; once the state exists, decisions are plain; losing it
+// again warms up again. Off, nothing is held.
+func TestWarmUpAfterLoss(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		mk := func(warm bool) *gate.Limiter {
+			l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: 10 * time.Millisecond, WarmUp: warm,
+				Horizon: 500 * time.Millisecond, Providers: map[string][]gate.Policy{prov: {pol(10, 3*time.Second), pol(5, time.Second)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		const hold = time.Second + 10*time.Millisecond + 500*time.Millisecond // shortest window + margin + horizon
+		l := mk(true)
+		v := mustReserve(t, l, "a", 1, 0)
+		if v.Allowed || !v.Paused || v.RetryAfter < hold-5*time.Millisecond || v.RetryAfter > hold+time.Millisecond {
+			t.Fatalf("first decision: %+v, want paused for %v", v, hold)
+		}
+		r := mustReserve(t, l, "b", 1, 2*time.Second)
+		if !r.Allowed || !r.Paused || r.Delay < hold-50*time.Millisecond {
+			t.Fatalf("reservation in the warm-up: %+v, want its slot at the end of it", r)
+		}
+		keys, _ := l.Keys(prov)
+		// The Redis restart: everything this provider had is gone.
+		if err := rdb.Del(ctx, keys[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Del(ctx, keys[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v := mustReserve(t, l, "c", 1, 0); !v.Allowed {
+			t.Fatalf("the epoch still stands, so no warm-up: %+v", v)
+		}
+		for _, k := range keys {
+			if err := rdb.Del(ctx, k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if v := mustReserve(t, l, "d", 1, 0); v.Allowed || !v.Paused || v.RetryAfter < hold-5*time.Millisecond {
+			t.Fatalf("after the state was lost: %+v, want a warm-up", v)
+		}
+		if v := mustReserve(t, mk(false), "e", 1, 0); !v.Allowed || v.Paused {
+			t.Fatalf("warm-up off: %+v, want admitted now", v)
+		}
+	})
+}

@@ -5,13 +5,17 @@
 --                                                k-th (k >= 2; job ids never contain NUL)
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   ids whose request was accepted though not settled (sent.lua)
+-- KEYS[4] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires
 --
 -- ARGV[1] -> job id (1..600 bytes, no NUL)
 -- ARGV[2] -> cost: integer >= 1 and <= every limit
 -- ARGV[3] -> max wait µs: the latest acceptable slot is now + max wait (0: now or never)
 -- ARGV[4] -> stale µs: a duplicate whose slot is more than this before now is moved (see below); 0: never
--- ARGV[5] -> margin µs, added to every window
--- ARGV[6], ARGV[7] -> limit, window µs of policy 0; ARGV[8], ARGV[9] -> policy 1; and so on
+-- ARGV[5] -> warm-up µs: when KEYS[4] is missing (the state was lost, say a Redis restart without
+--            persistence, or this is the provider's first decision), the provider is paused this long
+--            before anything is admitted; 0: off
+-- ARGV[6] -> margin µs, added to every window
+-- ARGV[7], ARGV[8] -> limit, window µs of policy 0; ARGV[9], ARGV[10] -> policy 1; and so on
 --
 -- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us, moved}
 --   allowed         1: admitted and recorded at slot = now + delay_us. 0: denied, nothing recorded
@@ -46,13 +50,14 @@ local id = ARGV[1]
 local cost = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
 local stale = tonumber(ARGV[4])
-local margin = tonumber(ARGV[5])
+local warmup = tonumber(ARGV[5])
+local margin = tonumber(ARGV[6])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local limits, windows, longest = {}, {}, 0
-for i = 6, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local n = #limits + 1
   limits[n] = tonumber(ARGV[i])
   windows[n] = tonumber(ARGV[i + 1]) + margin
@@ -87,6 +92,14 @@ end
 -- A duplicate holds its permit already: it goes at its own slot, after a pause (a provider's 429 binds
 -- redeliveries too), or now, whichever is latest, within max wait like any job.
 local pause_until = tonumber(redis.call('GET', pause) or 0)
+-- Warm-up: no epoch means the log may have lost what the provider still counts. Hold the provider until
+-- nothing admitted or reserved before the loss can share a window with what is admitted after it.
+if warmup > 0 and redis.call('SET', KEYS[4], string.format('%d', now), 'NX') then
+  if now + warmup > pause_until then
+    pause_until = now + warmup
+    redis.call('SET', pause, string.format('%d', pause_until), 'PX', string.format('%d', math.ceil(warmup / 1000) + 1000))
+  end
+end
 local prev = redis.call('ZSCORE', log, id)
 local units
 local moved, old = 0, 0

@@ -78,15 +78,20 @@ func policies(p config.Provider) []gate.Policy {
 	return out
 }
 
-// newGate connects to Redis as configured and builds the gate over every configured provider. staleAfter
-// is the workers' gate.Options.StaleAfter (margin/2); the operator tools ask plainly (0).
-func newGate(c *config.Config, staleAfter time.Duration) (*gate.Limiter, redis.UniversalClient, error) {
+// newGate connects to Redis as configured and builds the gate over every configured provider. A worker
+// passes true: StaleAfter is margin/2 and the warm-up is as configured; the operator tools ask plainly
+// (no staleness, no warm-up: a "gate try" on a lost state does not hold the provider).
+func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClient, error) {
 	rdb := redis.NewUniversalClient(c.Redis.Options())
 	ps := make(map[string][]gate.Policy, len(c.Providers))
 	for name, p := range c.Providers {
 		ps[name] = policies(p)
 	}
-	l, err := gate.New(rdb, gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, StaleAfter: staleAfter, Providers: ps})
+	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, Providers: ps}
+	if worker {
+		o.StaleAfter, o.WarmUp, o.Horizon = c.Gate.Margin/2, c.Gate.WarmUp, c.Worker.MaxInlineWait
+	}
+	l, err := gate.New(rdb, o)
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err
@@ -106,7 +111,7 @@ func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func
 	if _, ok := c.Providers[provider]; !ok {
 		return nil, nil, usageError{fmt.Errorf("%s: provider %q is not configured in %s", cmd, provider, path)}
 	}
-	l, rdb, err := newGate(c, 0)
+	l, rdb, err := newGate(c, false)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -39,7 +39,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer func() { _ = log.Sync() }()
 
-	limiter, rdb, err := newGate(c, c.Gate.Margin/2)
+	limiter, rdb, err := newGate(c, true)
 	if err != nil {
 		return err
 	}

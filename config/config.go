@@ -88,6 +88,10 @@ type RabbitMQ struct {
 	URLEnv   string `mapstructure:"url_env"`
 	Exchange string `mapstructure:"exchange"`
 	Prefetch int    `mapstructure:"prefetch"`
+	// ConsumerTimeout is the broker's consumer_timeout (RabbitMQ's default is 30m): a delivery held
+	// unacknowledged longer closes its channel and is redelivered. The worker refuses to start when it
+	// could hold one that long.
+	ConsumerTimeout time.Duration `mapstructure:"consumer_timeout"`
 }
 
 // Kafka configures the Kafka adapter.
@@ -174,33 +178,34 @@ type Limit struct {
 // defaults are documented in README.md and config.yaml; every key has one (or is listed with an empty
 // value), which is also what lets PAYGATE_<PATH> override a key the file leaves out.
 var defaults = map[string]any{
-	"log.level":                       "info",
-	"log.format":                      "json",
-	"http.listen":                     "127.0.0.1:9090",
-	"redis.addrs":                     []string{"127.0.0.1:6379"},
-	"redis.master_name":               "",
-	"redis.username":                  "",
-	"redis.password_env":              "PAYGATE_REDIS_PASSWORD",
-	"redis.db":                        0,
-	"redis.tls":                       false,
-	"redis.key_prefix":                "paygate",
-	"gate.margin":                     "10ms",
-	"gate.warmup":                     true,
-	"broker.kind":                     "rabbitmq",
-	"broker.rabbitmq.url_env":         "PAYGATE_AMQP_URL",
-	"broker.rabbitmq.exchange":        "payments",
-	"broker.rabbitmq.prefetch":        32,
-	"broker.kafka.brokers":            []string{"127.0.0.1:9092"},
-	"broker.kafka.group":              "paygate",
-	"broker.kafka.topic_prefix":       "payments",
-	"broker.kafka.partitions":         6,
-	"broker.kafka.replication_factor": 1,
-	"worker.concurrency":              16,
-	"worker.max_inline_wait":          "5s",
-	"worker.max_attempts":             8,
-	"worker.max_deferral_age":         "24h",
-	"worker.shutdown_timeout":         "30s",
-	"worker.delay_tiers":              []string{"1s", "5s", "30s", "2m", "10m", "1h"},
+	"log.level":                        "info",
+	"log.format":                       "json",
+	"http.listen":                      "127.0.0.1:9090",
+	"redis.addrs":                      []string{"127.0.0.1:6379"},
+	"redis.master_name":                "",
+	"redis.username":                   "",
+	"redis.password_env":               "PAYGATE_REDIS_PASSWORD",
+	"redis.db":                         0,
+	"redis.tls":                        false,
+	"redis.key_prefix":                 "paygate",
+	"gate.margin":                      "10ms",
+	"gate.warmup":                      true,
+	"broker.kind":                      "rabbitmq",
+	"broker.rabbitmq.url_env":          "PAYGATE_AMQP_URL",
+	"broker.rabbitmq.exchange":         "payments",
+	"broker.rabbitmq.prefetch":         32,
+	"broker.rabbitmq.consumer_timeout": "30m",
+	"broker.kafka.brokers":             []string{"127.0.0.1:9092"},
+	"broker.kafka.group":               "paygate",
+	"broker.kafka.topic_prefix":        "payments",
+	"broker.kafka.partitions":          6,
+	"broker.kafka.replication_factor":  1,
+	"worker.concurrency":               16,
+	"worker.max_inline_wait":           "5s",
+	"worker.max_attempts":              8,
+	"worker.max_deferral_age":          "24h",
+	"worker.shutdown_timeout":          "30s",
+	"worker.delay_tiers":               []string{"1s", "5s", "30s", "2m", "10m", "1h"},
 }
 
 // Load reads the YAML file at path (empty: defaults only), overlays PAYGATE_<PATH> environment variables,
@@ -617,6 +622,7 @@ func (c *Config) Validate() error {
 		p.check(resourceName.MatchString(r.Exchange), "broker.rabbitmq.exchange",
 			"must be 1..200 of [A-Za-z0-9._-], got %q", r.Exchange)
 		p.check(r.Prefetch >= 1, "broker.rabbitmq.prefetch", "must be >= 1, got %d", r.Prefetch)
+		p.check(r.ConsumerTimeout > 0, "broker.rabbitmq.consumer_timeout", "must be > 0 (the broker's consumer_timeout), got %s", r.ConsumerTimeout)
 	case "kafka":
 		k := c.Broker.Kafka
 		p.check(len(k.Brokers) > 0, "broker.kafka.brokers", "must list at least one host:port")

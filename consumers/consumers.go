@@ -414,9 +414,21 @@ type settlement struct {
 	late      time.Duration // dispatch start after the slot
 }
 
+// settleTimeout bounds one settlement (an ack, or a copy published with confirms and then an ack).
+const settleTimeout = 10 * time.Second
+
+// HoldBound is the longest a delivery can stay unacknowledged in a worker: it waits in the prefetch
+// buffer behind ceil(prefetch/concurrency)-1 others, and each handling takes at most maxLateTries
+// reservations of up to MaxInlineWait, the request (the provider's timeout) and a settlement. A broker
+// that cancels consumers holding a delivery longer (RabbitMQ's consumer_timeout) must allow more.
+func HoldBound(cfg Config, prefetch int, providerTimeout time.Duration) time.Duration {
+	rounds := (max(prefetch, 1) + max(cfg.Concurrency, 1) - 1) / max(cfg.Concurrency, 1)
+	return time.Duration(rounds) * (maxLateTries*cfg.MaxInlineWait + providerTimeout + settleTimeout)
+}
+
 // settleCtx outlives a shutdown's cancellation briefly, so that a finished job is still settled.
 func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 }
 
 // ack settles a job the provider accepted; gid is its entry at the gate.

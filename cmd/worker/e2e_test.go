@@ -33,6 +33,7 @@ func amqpURL() string { return envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:gues
 type simProvider struct {
 	name   string
 	limits []sim.Window
+	args   []string // more provider-sim flags (--latency 2s, --error-rate 0.2)
 }
 
 // simProc is a provider simulator in its own process, as a real provider would be: a referee sharing the
@@ -42,13 +43,14 @@ type simProc struct {
 	url string
 }
 
-func startSim(t *testing.T, limits []sim.Window) *simProc {
+func startSim(t *testing.T, limits []sim.Window, args ...string) *simProc {
 	t.Helper()
 	var spec []string
 	for _, w := range limits {
 		spec = append(spec, fmt.Sprintf("%d/%s", w.Limit, w.Per))
 	}
-	addr := startListening(t, exec.Command(binary, "provider-sim", "--listen", "127.0.0.1:0", "--limits", strings.Join(spec, ",")))
+	args = append([]string{"provider-sim", "--listen", "127.0.0.1:0", "--limits", strings.Join(spec, ",")}, args...)
+	addr := startListening(t, exec.Command(binary, args...))
 	return &simProc{t: t, url: "http://" + addr}
 }
 
@@ -118,7 +120,7 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 	fmt.Fprintf(&yaml, "broker: {kind: rabbitmq, rabbitmq: {exchange: %s, prefetch: 16}}\n", f.x)
 	fmt.Fprintf(&yaml, "worker: {concurrency: 8, max_inline_wait: 2s, shutdown_timeout: 5s, delay_tiers: [%s]}\nproviders:\n", strings.Join(f.tiers, ", "))
 	for _, p := range ps {
-		s := startSim(t, p.limits)
+		s := startSim(t, p.limits, p.args...)
 		f.sims[p.name] = s
 		fmt.Fprintf(&yaml, "  %s:\n    url: %s/pay\n    timeout: 5s\n    limits:\n", p.name, s.url)
 		for _, w := range p.limits {
@@ -304,7 +306,7 @@ func utilisation(s sim.Stats, windows []sim.Window, margin time.Duration) float6
 // non-JSON message ends in X.dead.
 func TestRunAcceptance(t *testing.T) {
 	windows := []sim.Window{{Limit: 25, Per: time.Second}}
-	f := newFleet(t, simProvider{"acme", windows})
+	f := newFleet(t, simProvider{name: "acme", limits: windows})
 	// 20ms, not the default 10ms: on this machine, late in a long make test, 2 runs in 16 saw one request
 	// land more than 10ms off its slot (one violation). The margin must cover the machine's jitter.
 	f.margin = 20 * time.Millisecond
@@ -433,7 +435,7 @@ func ids(prefix string, n int) []string {
 func TestFleetLedger(t *testing.T) {
 	alpha := []sim.Window{{Limit: 10, Per: time.Second}, {Limit: 40, Per: 5 * time.Second}} // 8/s sustained
 	beta := []sim.Window{{Limit: 15, Per: time.Second}, {Limit: 50, Per: 4 * time.Second}}  // 12.5/s
-	f := newFleet(t, simProvider{"alpha", alpha}, simProvider{"beta", beta})
+	f := newFleet(t, simProvider{name: "alpha", limits: alpha}, simProvider{name: "beta", limits: beta})
 	// Seven busy processes share this machine's two cores: dispatch-to-receipt jitter reaches tens of ms,
 	// so the margin is set above it, as README's "The jitter margin" asks of an operator.
 	f.margin = 30 * time.Millisecond
@@ -459,7 +461,7 @@ func TestFleetLedger(t *testing.T) {
 // kill -9 of one worker mid-run, and a replacement: nothing lost, nothing charged twice, no violation.
 func TestKillWorkerMidRun(t *testing.T) {
 	windows := []sim.Window{{Limit: 20, Per: time.Second}}
-	f := newFleet(t, simProvider{"acme", windows})
+	f := newFleet(t, simProvider{name: "acme", limits: windows})
 	f.enqueue("acme", 200, "k")
 	victim := f.startWorker()
 	f.startWorker()
@@ -483,7 +485,7 @@ func TestKillWorkerMidRun(t *testing.T) {
 
 // enqueue --file publishes the valid lines and refuses the others with their line numbers.
 func TestEnqueueFile(t *testing.T) {
-	f := newFleet(t, simProvider{"acme", []sim.Window{{Limit: 5, Per: time.Second}}})
+	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 5, Per: time.Second}}})
 	jobs := filepath.Join(f.dir, "jobs.jsonl")
 	body := `{"id":"f-1","provider":"acme","amount":100,"currency":"EUR"}
 not json
@@ -520,8 +522,8 @@ not json
 // A throttled provider never starves another, through real RabbitMQ: "slow" at 1/s with a backlog,
 // "fast" effectively unlimited; fast's jobs all flow while slow's trickle.
 func TestNoHeadOfLineOnRabbitMQ(t *testing.T) {
-	f := newFleet(t, simProvider{"slow", []sim.Window{{Limit: 1, Per: time.Second}}},
-		simProvider{"fast", []sim.Window{{Limit: 10000, Per: time.Second}}})
+	f := newFleet(t, simProvider{name: "slow", limits: []sim.Window{{Limit: 1, Per: time.Second}}},
+		simProvider{name: "fast", limits: []sim.Window{{Limit: 10000, Per: time.Second}}})
 	f.enqueue("slow", 40, "s")
 	f.enqueue("fast", 300, "f")
 	f.startWorker()

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/gate"
 )
 
@@ -33,10 +34,34 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	if _, err := newLogger(c.Log, stderr); err != nil {
 		return nil, configError{err}
 	}
+	if err := checkHold(c); err != nil {
+		return nil, configError{err}
+	}
 	for _, name := range c.UnknownEnv(os.Environ(), "PAYGATE_CONFIG") {
 		fmt.Fprintf(stderr, "worker: warning: environment variable %s sets no configuration key (a typo?); it is ignored\n", name)
 	}
 	return c, nil
+}
+
+// checkHold refuses a configuration under which a worker could hold a RabbitMQ delivery past the
+// broker's consumer_timeout: the broker would close the channel and redeliver everything on it.
+func checkHold(c *config.Config) error {
+	if c.Broker.Kind != "rabbitmq" {
+		return nil
+	}
+	var slowest time.Duration
+	for _, p := range c.Providers {
+		slowest = max(slowest, p.Timeout)
+	}
+	r := c.Broker.RabbitMQ
+	hold := consumers.HoldBound(workerConfig(c), r.Prefetch, slowest)
+	if hold < r.ConsumerTimeout {
+		return nil
+	}
+	return &config.ValidationError{Problems: []string{fmt.Sprintf("broker.rabbitmq.consumer_timeout: %s is not more than the longest a worker can hold a delivery, %s "+
+		"(ceil(prefetch %d / concurrency %d) x (3 x max_inline_wait %s + slowest provider timeout %s + 10s to settle)): "+
+		"raise consumer_timeout on the broker and here, or lower prefetch, max_inline_wait or the timeouts",
+		r.ConsumerTimeout, hold, r.Prefetch, c.Worker.Concurrency, c.Worker.MaxInlineWait, slowest)}}
 }
 
 func checkConfig(args []string, stdout, stderr io.Writer) error {

@@ -113,7 +113,7 @@ func produceRaw(t *testing.T, brokers, topic string, values ...[]byte) {
 // lands in T.dead.
 func TestKafkaRunAcceptance(t *testing.T) {
 	windows := []sim.Window{{Limit: 25, Per: time.Second}}
-	f, brokers := newKafkaFleet(t, simProvider{"acme", windows})
+	f, brokers := newKafkaFleet(t, simProvider{name: "acme", limits: windows})
 	// Kafka workers run a reader per partition (retry topics too): on this 2-core machine their dispatch
 	// lateness needs the same margin as the fleet tests, or late re-reservations cost a window.
 	f.margin = 30 * time.Millisecond
@@ -157,7 +157,7 @@ func TestKafkaRunAcceptance(t *testing.T) {
 func TestKafkaFleetWithRebalance(t *testing.T) {
 	alpha := []sim.Window{{Limit: 20, Per: time.Second}, {Limit: 80, Per: 5 * time.Second}} // 16/s sustained
 	beta := []sim.Window{{Limit: 30, Per: time.Second}, {Limit: 100, Per: 4 * time.Second}} // 25/s
-	f, brokers := newKafkaFleet(t, simProvider{"alpha", alpha}, simProvider{"beta", beta})
+	f, brokers := newKafkaFleet(t, simProvider{name: "alpha", limits: alpha}, simProvider{name: "beta", limits: beta})
 	f.margin = 30 * time.Millisecond // seven busy processes on two cores, as in TestFleetLedger
 	for range 3 {
 		f.startWorker()

@@ -44,7 +44,7 @@ func TestSecretsNeverExposed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "delete_user", user).Run() })
 
-	f := newFleet(t, simProvider{"acme", []sim.Window{{Limit: 100, Per: time.Second}}})
+	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}})
 	u, err := url.Parse(amqpURL())
 	if err != nil {
 		t.Fatal(err)

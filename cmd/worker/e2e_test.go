@@ -346,11 +346,12 @@ func (f *fleet) checkReferees(windows map[string][]sim.Window, minUtil float64) 
 
 type ledger struct {
 	accepted, dead, queued map[string]int
+	reasons                map[string]string // dead letters' x-paygate-reason, by id
 }
 
 // collect reads where every job ended: charged by a provider, dead-lettered, or still queued.
 func (f *fleet) collect() ledger {
-	l := ledger{accepted: map[string]int{}, dead: map[string]int{}, queued: map[string]int{}}
+	l := ledger{accepted: map[string]int{}, dead: map[string]int{}, queued: map[string]int{}, reasons: map[string]string{}}
 	for _, s := range f.sims {
 		for _, k := range s.AcceptedKeys() {
 			l.accepted[k]++
@@ -378,6 +379,7 @@ func (f *fleet) collect() ledger {
 		found := 0
 		for _, m := range f.drain(f.x + ".dead") {
 			l.dead[idOf(m)]++
+			l.reasons[idOf(m)] = fmt.Sprint(m.Headers["x-paygate-reason"])
 			found++
 		}
 		for _, q := range queues {

@@ -62,7 +62,8 @@ type Redis struct {
 	Username    string   `mapstructure:"username"`
 	PasswordEnv string   `mapstructure:"password_env"` // name of the variable holding the password
 	DB          int      `mapstructure:"db"`
-	TLS         bool     `mapstructure:"tls"`
+	TLS         bool     `mapstructure:"tls"`         // rediss:// addresses turn it on too
+	TLSCAFile   string   `mapstructure:"tls_ca_file"` // PEM file of the CAs to trust; empty: the system's roots
 	KeyPrefix   string   `mapstructure:"key_prefix"`
 }
 
@@ -180,6 +181,7 @@ var defaults = map[string]any{
 	"redis.password_env":              "PAYGATE_REDIS_PASSWORD",
 	"redis.db":                        0,
 	"redis.tls":                       false,
+	"redis.tls_ca_file":               "",
 	"redis.key_prefix":                "paygate",
 	"gate.margin":                     "10ms",
 	"broker.kind":                     "rabbitmq",
@@ -593,10 +595,7 @@ func (c *Config) Validate() error {
 		"log.format", "must be json or console, got %q", c.Log.Format)
 	p.hostPort("http.listen", c.HTTP.Listen)
 
-	p.check(len(c.Redis.Addrs) > 0, "redis.addrs", "must list at least one host:port")
-	for i, a := range c.Redis.Addrs {
-		p.hostPort(fmt.Sprintf("redis.addrs[%d]", i), a)
-	}
+	c.Redis.validate(&p)
 	p.env("redis.password_env", c.Redis.PasswordEnv, true)
 	p.check(c.Redis.DB >= 0, "redis.db", "must be >= 0, got %d", c.Redis.DB)
 	p.check(c.Redis.DB == 0 || len(c.Redis.Addrs) < 2 || c.Redis.MasterName != "",
@@ -736,11 +735,14 @@ func (p *problems) check(ok bool, path, format string, args ...any) {
 }
 
 func (p *problems) hostPort(path, addr string) {
+	listen := path == "http.listen" // may omit the host and pick a free port
+	p.check(hostPortOK(addr, listen), path, "must be host:port with a port 1..65535, got %q", addr)
+}
+
+func hostPortOK(addr string, listen bool) bool {
 	host, port, err := net.SplitHostPort(addr)
 	n, perr := strconv.Atoi(port)
-	listen := path == "http.listen" // may omit the host and pick a free port
-	p.check(err == nil && perr == nil && n <= 65535 && (n >= 1 || listen && n == 0) && (host != "" || listen),
-		path, "must be host:port with a port 1..65535, got %q", addr)
+	return err == nil && perr == nil && n <= 65535 && (n >= 1 || listen && n == 0) && (host != "" || listen)
 }
 
 func (p *problems) env(path, name string, optional bool) {

@@ -81,7 +81,11 @@ func policies(p config.Provider) []gate.Policy {
 // newGate connects to Redis as configured and builds the gate over every configured provider. staleAfter
 // is the workers' gate.Options.StaleAfter (margin/2); the operator tools ask plainly (0).
 func newGate(c *config.Config, staleAfter time.Duration) (*gate.Limiter, redis.UniversalClient, error) {
-	rdb := redis.NewUniversalClient(c.Redis.Options())
+	opts, err := c.Redis.Options()
+	if err != nil {
+		return nil, nil, configError{err}
+	}
+	rdb := redis.NewUniversalClient(opts)
 	ps := make(map[string][]gate.Policy, len(c.Providers))
 	for name, p := range c.Providers {
 		ps[name] = policies(p)

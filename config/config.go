@@ -86,6 +86,8 @@ type RabbitMQ struct {
 	URLEnv   string `mapstructure:"url_env"`
 	Exchange string `mapstructure:"exchange"`
 	Prefetch int    `mapstructure:"prefetch"`
+	// TLSCAFile is a PEM file of the CAs to trust for an amqps:// URL; empty: the system's roots.
+	TLSCAFile string `mapstructure:"tls_ca_file"`
 }
 
 // Kafka configures the Kafka adapter.
@@ -188,6 +190,7 @@ var defaults = map[string]any{
 	"broker.rabbitmq.url_env":         "PAYGATE_AMQP_URL",
 	"broker.rabbitmq.exchange":        "payments",
 	"broker.rabbitmq.prefetch":        32,
+	"broker.rabbitmq.tls_ca_file":     "",
 	"broker.kafka.brokers":            []string{"127.0.0.1:9092"},
 	"broker.kafka.group":              "paygate",
 	"broker.kafka.topic_prefix":       "payments",
@@ -612,6 +615,11 @@ func (c *Config) Validate() error {
 		p.check(resourceName.MatchString(r.Exchange), "broker.rabbitmq.exchange",
 			"must be 1..200 of [A-Za-z0-9._-], got %q", r.Exchange)
 		p.check(r.Prefetch >= 1, "broker.rabbitmq.prefetch", "must be >= 1, got %d", r.Prefetch)
+		if r.TLSCAFile != "" {
+			if _, err := caPool("broker.rabbitmq.tls_ca_file", r.TLSCAFile); err != nil {
+				p = append(p, err.Error())
+			}
+		}
 	case "kafka":
 		k := c.Broker.Kafka
 		p.check(len(k.Brokers) > 0, "broker.kafka.brokers", "must list at least one host:port")

@@ -34,3 +34,13 @@ func tlsConfig(key, caFile string) (*tls.Config, error) {
 	}
 	return c, nil
 }
+
+// TLSConfig is the TLS configuration for an amqps:// URL when broker.rabbitmq.tls_ca_file is set: TLS 1.2
+// or later, trusting only the CAs in that file. Without the key it returns nil, and amqp091-go uses the
+// system's roots and the URL's own TLS parameters (cacertfile, certfile, keyfile, server_name_indication).
+func (r RabbitMQ) TLSConfig() (*tls.Config, error) {
+	if r.TLSCAFile == "" {
+		return nil, nil
+	}
+	return tlsConfig("broker.rabbitmq.tls_ca_file", r.TLSCAFile)
+}

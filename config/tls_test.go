@@ -45,6 +45,9 @@ func TestTLSValidation(t *testing.T) {
 			`redis.tls_ca_file: cannot read the CA file: open ` + missing + `: no such file or directory`}},
 		{"no certificate in the CA file", "redis: {addrs: ['rediss://10.0.0.1:6379'], tls_ca_file: " + notPEM + "}", []string{
 			`redis.tls_ca_file: no PEM certificate in ` + notPEM}},
+		{"broker CA file", "broker: {rabbitmq: {tls_ca_file: " + notPEM + "}}", []string{
+			`broker.rabbitmq.tls_ca_file: no PEM certificate in ` + notPEM}},
+		{"broker CA file, kafka", "broker: {kind: kafka, rabbitmq: {tls_ca_file: " + notPEM + "}}", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,5 +121,23 @@ func TestRedisTLSOptions(t *testing.T) {
 	c.Redis.TLSCAFile = filepath.Join(t.TempDir(), "gone.pem")
 	if _, err := c.Redis.Options(); err == nil || !strings.HasPrefix(err.Error(), "config: redis.tls_ca_file: cannot read the CA file: open ") {
 		t.Fatalf("a vanished CA file: %v", err)
+	}
+}
+
+// broker.rabbitmq.tls_ca_file gives a TLS configuration trusting only that CA; without it, none (amqp091-go's
+// default for amqps://).
+func TestRabbitMQTLSConfig(t *testing.T) {
+	ca := testtls.NewCA(t)
+	c, err := config.Load(writeFile(t, "broker: {rabbitmq: {tls_ca_file: "+ca.File+"}}\n"+oneProvider))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := c.Broker.RabbitMQ.TLSConfig()
+	if err != nil || tc == nil || tc.RootCAs == nil || tc.MinVersion < tls.VersionTLS12 {
+		t.Fatalf("tls config %+v %v", tc, err)
+	}
+	c.Broker.RabbitMQ.TLSCAFile = ""
+	if tc, err := c.Broker.RabbitMQ.TLSConfig(); tc != nil || err != nil {
+		t.Fatalf("without a CA file: %+v %v", tc, err)
 	}
 }

@@ -62,7 +62,8 @@ type Redis struct {
 	Username    string   `mapstructure:"username"`
 	PasswordEnv string   `mapstructure:"password_env"` // name of the variable holding the password
 	DB          int      `mapstructure:"db"`
-	TLS         bool     `mapstructure:"tls"`
+	TLS         bool     `mapstructure:"tls"`         // rediss:// addresses turn it on too
+	TLSCAFile   string   `mapstructure:"tls_ca_file"` // PEM file of the CAs to trust; empty: the system's roots
 	KeyPrefix   string   `mapstructure:"key_prefix"`
 }
 
@@ -92,6 +93,8 @@ type RabbitMQ struct {
 	// unacknowledged longer closes its channel and is redelivered. The worker refuses to start when it
 	// could hold one that long.
 	ConsumerTimeout time.Duration `mapstructure:"consumer_timeout"`
+	// TLSCAFile is a PEM file of the CAs to trust for an amqps:// URL; empty: the system's roots.
+	TLSCAFile string `mapstructure:"tls_ca_file"`
 }
 
 // Kafka configures the Kafka adapter.
@@ -187,6 +190,7 @@ var defaults = map[string]any{
 	"redis.password_env":               "PAYGATE_REDIS_PASSWORD",
 	"redis.db":                         0,
 	"redis.tls":                        false,
+	"redis.tls_ca_file":                "",
 	"redis.key_prefix":                 "paygate",
 	"gate.margin":                      "10ms",
 	"gate.warmup":                      true,
@@ -195,6 +199,7 @@ var defaults = map[string]any{
 	"broker.rabbitmq.exchange":         "payments",
 	"broker.rabbitmq.prefetch":         32,
 	"broker.rabbitmq.consumer_timeout": "30m",
+	"broker.rabbitmq.tls_ca_file":      "",
 	"broker.kafka.brokers":             []string{"127.0.0.1:9092"},
 	"broker.kafka.group":               "paygate",
 	"broker.kafka.topic_prefix":        "payments",
@@ -602,10 +607,7 @@ func (c *Config) Validate() error {
 		"log.format", "must be json or console, got %q", c.Log.Format)
 	p.hostPort("http.listen", c.HTTP.Listen)
 
-	p.check(len(c.Redis.Addrs) > 0, "redis.addrs", "must list at least one host:port")
-	for i, a := range c.Redis.Addrs {
-		p.hostPort(fmt.Sprintf("redis.addrs[%d]", i), a)
-	}
+	c.Redis.validate(&p)
 	p.env("redis.password_env", c.Redis.PasswordEnv, true)
 	p.check(c.Redis.DB >= 0, "redis.db", "must be >= 0, got %d", c.Redis.DB)
 	p.check(c.Redis.DB == 0 || len(c.Redis.Addrs) < 2 || c.Redis.MasterName != "",
@@ -623,6 +625,11 @@ func (c *Config) Validate() error {
 			"must be 1..200 of [A-Za-z0-9._-], got %q", r.Exchange)
 		p.check(r.Prefetch >= 1, "broker.rabbitmq.prefetch", "must be >= 1, got %d", r.Prefetch)
 		p.check(r.ConsumerTimeout > 0, "broker.rabbitmq.consumer_timeout", "must be > 0 (the broker's consumer_timeout), got %s", r.ConsumerTimeout)
+		if r.TLSCAFile != "" {
+			if _, err := caPool("broker.rabbitmq.tls_ca_file", r.TLSCAFile); err != nil {
+				p = append(p, err.Error())
+			}
+		}
 	case "kafka":
 		k := c.Broker.Kafka
 		p.check(len(k.Brokers) > 0, "broker.kafka.brokers", "must list at least one host:port")
@@ -746,11 +753,14 @@ func (p *problems) check(ok bool, path, format string, args ...any) {
 }
 
 func (p *problems) hostPort(path, addr string) {
+	listen := path == "http.listen" // may omit the host and pick a free port
+	p.check(hostPortOK(addr, listen), path, "must be host:port with a port 1..65535, got %q", addr)
+}
+
+func hostPortOK(addr string, listen bool) bool {
 	host, port, err := net.SplitHostPort(addr)
 	n, perr := strconv.Atoi(port)
-	listen := path == "http.listen" // may omit the host and pick a free port
-	p.check(err == nil && perr == nil && n <= 65535 && (n >= 1 || listen && n == 0) && (host != "" || listen),
-		path, "must be host:port with a port 1..65535, got %q", addr)
+	return err == nil && perr == nil && n <= 65535 && (n >= 1 || listen && n == 0) && (host != "" || listen)
 }
 
 func (p *problems) env(path, name string, optional bool) {

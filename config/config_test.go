@@ -28,7 +28,10 @@ func TestLoadValid(t *testing.T) {
 	if c.Redis.Mode() != "cluster" {
 		t.Fatalf("two addrs: mode %s, want cluster", c.Redis.Mode())
 	}
-	// Defaults fill what the file leaves out.
+	// Defaults fill what the file leaves out; /metrics and health listen on loopback only.
+	if c.HTTP.Listen != "127.0.0.1:9090" {
+		t.Fatalf("http.listen defaults to %q, want 127.0.0.1:9090", c.HTTP.Listen)
+	}
 	if c.Worker.MaxInlineWait != 5*time.Second || c.Gate.Margin != 10*time.Millisecond ||
 		c.Broker.RabbitMQ.Exchange != "payments" || c.Redis.KeyPrefix != "paygate" ||
 		!reflect.DeepEqual(c.Worker.DelayTiers, []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}) {
@@ -190,8 +193,8 @@ func TestRedisSecretFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := c.Redis.Options(); o.Password != secret || len(o.Addrs) != 2 {
-		t.Fatalf("options %+v", o)
+	if o, err := c.Redis.Options(); err != nil || o.Password != secret || len(o.Addrs) != 2 || o.TLSConfig != nil {
+		t.Fatalf("options %+v %v", o, err)
 	}
 	if s := c.Redis.String(); strings.Contains(s, secret) || !strings.Contains(s, "$PAYGATE_REDIS_PASSWORD") {
 		t.Fatalf("description %q", s)

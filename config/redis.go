@@ -1,8 +1,8 @@
 package config
 
 import (
-	"crypto/tls"
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -20,20 +20,89 @@ func (r Redis) Mode() string {
 	}
 }
 
+// splitAddr splits an entry of redis.addrs into its scheme ("", "redis" or "rediss") and host:port.
+// ok is false for any other scheme, and for a URL carrying more than a host and port (credentials, a
+// database, options): those have keys of their own.
+func splitAddr(addr string) (scheme, hostPort string, ok bool) {
+	if !strings.Contains(addr, "://") {
+		return "", addr, true
+	}
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return "", "", false
+	}
+	return u.Scheme, u.Host, true
+}
+
+// TLSEnabled reports whether the gate's Redis connections use TLS: redis.tls, or rediss:// addresses.
+func (r Redis) TLSEnabled() bool {
+	for _, a := range r.Addrs {
+		if scheme, _, _ := splitAddr(a); scheme == "rediss" {
+			return true
+		}
+	}
+	return r.TLS
+}
+
+// validate checks the addresses, their schemes against redis.tls, and the CA file.
+func (r Redis) validate(p *problems) {
+	p.check(len(r.Addrs) > 0, "redis.addrs", "must list at least one host:port")
+	schemes := map[string]bool{}
+	for i, a := range r.Addrs {
+		path := fmt.Sprintf("redis.addrs[%d]", i)
+		scheme, hostPort, ok := splitAddr(a)
+		switch {
+		case strings.Contains(a, "@"):
+			// Never echo it: what comes before the @ may be a password.
+			p.add(path, "credentials never live in an address: set redis.username, and redis.password_env to the name of an environment variable holding the password")
+		case !ok:
+			p.add(path, "must be host:port, redis://host:port or rediss://host:port, got %q", a)
+		case scheme != "" && !hostPortOK(hostPort, false):
+			p.add(path, "must be %s://host:port with a port 1..65535, got %q", scheme, a)
+		default:
+			schemes[scheme] = true
+			p.hostPort(path, hostPort)
+		}
+	}
+	if len(schemes) > 1 {
+		p.add("redis.addrs", "mixes rediss://, redis:// and bare host:port; write every address alike")
+	}
+	p.check(!r.TLS || !schemes["redis"], "redis.tls",
+		"is true, but redis.addrs says redis:// (plaintext); use rediss:// or drop the scheme")
+	if r.TLSCAFile != "" {
+		if !r.TLSEnabled() {
+			p.add("redis.tls_ca_file", "is set, but TLS is off: set redis.tls: true or use rediss:// addresses")
+		} else if _, err := caPool("redis.tls_ca_file", r.TLSCAFile); err != nil {
+			*p = append(*p, err.Error())
+		}
+	}
+}
+
 // Options builds go-redis options for a single node, a Redis Cluster or Sentinel, with the password read
-// from the environment variable named by password_env.
-func (r Redis) Options() *redis.UniversalOptions {
+// from the environment variable named by password_env. Addresses lose their scheme; rediss:// or
+// redis.tls turns on TLS 1.2+, trusting redis.tls_ca_file or else the system's roots. The error is about
+// the CA file (validated already, but read again here).
+func (r Redis) Options() (*redis.UniversalOptions, error) {
+	addrs := make([]string, len(r.Addrs))
+	for i, a := range r.Addrs {
+		_, addrs[i], _ = splitAddr(a)
+	}
 	o := &redis.UniversalOptions{
-		Addrs:      r.Addrs,
+		Addrs:      addrs,
 		MasterName: r.MasterName,
 		Username:   r.Username,
 		Password:   Secret(r.PasswordEnv),
 		DB:         r.DB,
 	}
-	if r.TLS {
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.TLSEnabled() {
+		c, err := tlsConfig("redis.tls_ca_file", r.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		o.TLSConfig = c
 	}
-	return o
+	return o, nil
 }
 
 // String describes the connection without secrets, for logs and check-config.
@@ -45,8 +114,11 @@ func (r Redis) String() string {
 	if r.DB != 0 {
 		s += fmt.Sprintf(" db %d", r.DB)
 	}
-	if r.TLS {
+	if r.TLSEnabled() {
 		s += " tls"
+		if r.TLSCAFile != "" {
+			s += " ca " + r.TLSCAFile
+		}
 	}
 	if r.PasswordEnv != "" && Secret(r.PasswordEnv) != "" {
 		s += " auth from $" + r.PasswordEnv

@@ -107,7 +107,11 @@ func policies(p config.Provider) []gate.Policy {
 // passes true: StaleAfter is margin/2 and the warm-up is as configured; the operator tools ask plainly
 // (no staleness, no warm-up: a "gate try" on a lost state does not hold the provider).
 func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClient, error) {
-	rdb := redis.NewUniversalClient(c.Redis.Options())
+	opts, err := c.Redis.Options()
+	if err != nil {
+		return nil, nil, configError{err}
+	}
+	rdb := redis.NewUniversalClient(opts)
 	ps := make(map[string][]gate.Policy, len(c.Providers))
 	for name, p := range c.Providers {
 		ps[name] = policies(p)

@@ -133,9 +133,16 @@ func openBroker(ctx context.Context, c *config.Config, log *zap.Logger) (broker,
 		r := c.Broker.RabbitMQ
 		url := config.Secret(r.URLEnv)
 		if url == "" {
-			return nil, configError{fmt.Errorf("broker.rabbitmq.url_env: environment variable %s is not set (amqp://user:pass@host:5672/vhost)", r.URLEnv)}
+			return nil, configError{fmt.Errorf("broker.rabbitmq.url_env: environment variable %s is not set (amqp://user:pass@host:5672/vhost, or amqps://…:5671/… for TLS)", r.URLEnv)}
 		}
-		return rabbitmq.Open(ctx, rabbitmq.Options{URL: url, Exchange: r.Exchange, Prefetch: r.Prefetch,
+		tlsc, err := r.TLSConfig()
+		if err != nil {
+			return nil, configError{err}
+		}
+		if tlsc != nil && !strings.HasPrefix(strings.ToLower(url), "amqps://") {
+			return nil, configError{fmt.Errorf("broker.rabbitmq.tls_ca_file: is set, but $%s is not an amqps:// URL", r.URLEnv)}
+		}
+		return rabbitmq.Open(ctx, rabbitmq.Options{URL: url, TLS: tlsc, Exchange: r.Exchange, Prefetch: r.Prefetch,
 			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Log: log.Named("rabbitmq")})
 	case "kafka":
 		k := c.Broker.Kafka

@@ -12,11 +12,15 @@
 // Consuming and publishing use separate connections, each kept alive by a supervisor that redials with
 // backoff and jitter. A delivery is settled on the channel it came from; if that channel died, the
 // message is redelivered and the gate's duplicate admission and the idempotency key absorb it.
+//
+// An amqps:// URL dials TLS, on every connect and reconnect of both connections; Options.TLS sets the CAs
+// to trust (a private CA), else amqp091-go trusts the system's roots.
 package rabbitmq
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -43,7 +47,11 @@ const (
 
 // Options configure the adapter.
 type Options struct {
-	URL        string
+	URL string // amqp:// or amqps://
+	// TLS, if set, replaces amqp091-go's default for an amqps:// URL (TLS 1.2+, the system's roots, the
+	// URL's cacertfile, certfile, keyfile and server_name_indication parameters); it needs an amqps:// URL
+	// without those parameters. Every dial, first or reconnect, of both connections uses it.
+	TLS        *tls.Config
 	Exchange   string
 	Prefetch   int
 	Providers  []string
@@ -74,10 +82,15 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	if len(o.DelayTiers) == 0 {
 		return nil, errors.New("rabbitmq: at least one delay tier is required")
 	}
+	if o.TLS != nil {
+		if err := checkTLSURL(o.URL); err != nil {
+			return nil, err
+		}
+	}
 	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b := &Broker{o: o, cancel: cancel}
-	b.consume = newSession("consume "+o.Exchange, o.URL, o.Log, b.declare)
-	b.publish = newSession("publish "+o.Exchange, o.URL, o.Log, nil)
+	b.consume = newSession("consume "+o.Exchange, o.URL, o.TLS, o.Log, b.declare)
+	b.publish = newSession("publish "+o.Exchange, o.URL, o.TLS, o.Log, nil)
 	b.pub = &publisher{s: b.publish}
 	for _, s := range []*session{b.consume, b.publish} {
 		b.wg.Go(func() { s.run(life) })
@@ -490,11 +503,31 @@ func (p *publisher) publish(ctx context.Context, exchange, key string, msg amqp.
 	}
 }
 
+// checkTLSURL refuses a URL that a TLS config would not apply to: amqp091-go dials amqp:// in plain
+// text whatever the config says, and ignores the URL's TLS parameters when given a config.
+func checkTLSURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: %s", redact(raw))
+	}
+	if u.Scheme != "amqps" {
+		return fmt.Errorf("rabbitmq: a TLS configuration needs an amqps:// URL, got %s://", u.Scheme)
+	}
+	q := u.Query()
+	for _, p := range []string{"cacertfile", "certfile", "keyfile", "server_name_indication"} {
+		if q.Has(p) {
+			return fmt.Errorf("rabbitmq: the URL's TLS parameter %s would be ignored with a TLS configuration given", p)
+		}
+	}
+	return nil
+}
+
 // session keeps one AMQP connection alive: it dials, runs onConnect (topology), and redials with
 // exponential backoff and full jitter when the connection closes.
 type session struct {
 	name      string
 	url       string
+	tls       *tls.Config // nil: amqp091-go's default for amqps://
 	log       *zap.Logger
 	onConnect func(*amqp.Connection) error
 
@@ -506,8 +539,8 @@ type session struct {
 	stopped chan struct{} // closed when run has returned
 }
 
-func newSession(name, url string, log *zap.Logger, onConnect func(*amqp.Connection) error) *session {
-	return &session{name: name, url: url, log: log, onConnect: onConnect, up: make(chan struct{}), stopped: make(chan struct{})}
+func newSession(name, url string, tlsc *tls.Config, log *zap.Logger, onConnect func(*amqp.Connection) error) *session {
+	return &session{name: name, url: url, tls: tlsc, log: log, onConnect: onConnect, up: make(chan struct{}), stopped: make(chan struct{})}
 }
 
 func (s *session) run(ctx context.Context) {
@@ -516,6 +549,9 @@ func (s *session) run(ctx context.Context) {
 		conn, err := amqp.DialConfig(s.url, amqp.Config{
 			Heartbeat:  10 * time.Second,
 			Properties: amqp.Table{"connection_name": "paygate-" + s.name},
+			// A copy per dial: DialConfig writes the server name into the config it is given, and the
+			// two sessions dial concurrently.
+			TLSClientConfig: s.tls.Clone(),
 		})
 		if err == nil && s.onConnect != nil {
 			if err = s.onConnect(conn); err != nil {

@@ -1,15 +1,23 @@
 # paygate. `make test` is the test command CI runs (.ci/run); it starts the servers the tests need.
 GO ?= go
 
-.PHONY: test services vet fmt build bench bench-quick bench-gate clean
+.PHONY: test test-faults services vet fmt build bench bench-quick bench-gate clean
 
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
 # machine to itself: they run after the other packages, not beside them. Then ten seconds of fuzzing the
 # job decoder, from the seed corpus in job/testdata/fuzz.
 test: services fmt vet
 	$(GO) test -race -count=1 -timeout 5m $$($(GO) list ./... | grep -v '/cmd/worker$$')
-	$(GO) test -race -count=1 -timeout 8m ./cmd/worker
+	$(GO) test -race -count=1 -timeout 8m -skip '^TestFault' ./cmd/worker
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./job
+	$(MAKE) test-faults
+
+# The fault suite (README, Reliability): Redis flushed, paused, down and restarted; broker connections cut
+# and the broker restarted; a worker killed -9 mid-dispatch; provider 500s, hangs, 429 storms and an
+# outage; a slow provider against the consumer timeout. Each ends with the ledger. About 4 minutes. It
+# restarts the RabbitMQ application and changes its consumer_timeout for a while: run it alone.
+test-faults: services
+	$(GO) test -race -count=1 -timeout 12m -run '^TestFault' -v ./cmd/worker
 
 # Redis on 6379, a 3-node Redis Cluster on 7000-7002, RabbitMQ on 5672; installed with apt-get if missing.
 services:

@@ -395,3 +395,43 @@ func TestFaultSlowConsumer(t *testing.T) {
 		t.Errorf("a consumer was stopped by the broker:\n%s", logs)
 	}
 }
+
+// The same faults where they apply to Kafka: scripts flushed, Redis paused and restarted, and a worker
+// killed -9 mid-dispatch and replaced (its partitions' uncommitted records are read again by the
+// others). Every job charged exactly once, no violation. (kfake keeps its log in memory, so a broker
+// restart is RabbitMQ's test only.)
+func TestFaultKafka(t *testing.T) {
+	rp := startRedis(t)
+	f, _ := newKafkaFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 25, Per: time.Second}}, args: []string{"--latency", "100ms"}})
+	f.margin = 30 * time.Millisecond // Kafka workers run a reader per partition: the Kafka tests' margin
+	f.env2 = append(f.env2, "PAYGATE_REDIS_ADDRS="+rp.addr())
+	victim := f.startWorker()
+	f.startWorker()
+	f.waitFor("both workers in the group", 30*time.Second, func() bool { return f.joined() >= 3 })
+	f.enqueue("acme", 300, "j")
+	f.waitAccepted("acme", 40, time.Minute)
+	rp.do("SCRIPT", "FLUSH")
+	f.waitAccepted("acme", 90, time.Minute)
+	rp.do("CLIENT", "PAUSE", 2000, "ALL")
+	f.waitAccepted("acme", 140, time.Minute)
+	rp.kill()
+	rp.start()
+	f.waitAccepted("acme", 190, time.Minute)
+	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = victim.Wait()
+	f.startWorker()
+	f.waitAccepted("acme", 300, 2*time.Minute)
+	f.stopAll()
+	l := ledger{accepted: map[string]int{}}
+	for _, k := range f.sims["acme"].AcceptedKeys() {
+		l.accepted[k]++
+	}
+	l.check(t, ids("j", 300))
+	st := f.sims["acme"].Stats()
+	t.Logf("provider: accepted %d, replays absorbed %d, violations %d", st.Accepted, st.Duplicates, st.Violations)
+	if st.Violations != 0 || st.Accepted != 300 || len(l.accepted) != 300 {
+		t.Errorf("want 300 accepted exactly once and 0 violations: %+v", st)
+	}
+}

@@ -303,11 +303,13 @@ func (c *Config) EnvNames() map[string]bool {
 		}
 		if p.AuthEnv != "" {
 			names[p.AuthEnv] = true
+			names[p.AuthEnv+FileSuffix] = true // each secret may come from a file instead
 		}
 	}
 	for _, secret := range []string{c.Redis.PasswordEnv, c.Broker.RabbitMQ.URLEnv} {
 		if secret != "" {
 			names[secret] = true
+			names[secret+FileSuffix] = true
 		}
 	}
 	return names
@@ -734,10 +736,32 @@ func (c *Config) ProviderNames() []string {
 
 // Secret reads the environment variable named by a *_env key. The value never goes into logs or errors.
 func Secret(envVar string) string {
+	s, _ := secret(envVar)
+	return s
+}
+
+// FileSuffix names the companion of a secret's variable that holds a file to read it from instead:
+// PAYGATE_REDIS_PASSWORD_FILE=/run/secrets/redis (Docker and Kubernetes secrets).
+const FileSuffix = "_FILE"
+
+// secret reads envVar, or when it is unset or empty the file named by envVar_FILE, without the file's
+// trailing newline. Its errors name the variable and the file, never the secret.
+func secret(envVar string) (string, error) {
 	if envVar == "" {
-		return ""
+		return "", nil
 	}
-	return os.Getenv(envVar)
+	if v := os.Getenv(envVar); v != "" {
+		return v, nil
+	}
+	path := os.Getenv(envVar + FileSuffix)
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("$%s%s: cannot read the secret file %s: %v", envVar, FileSuffix, path, errors.Unwrap(err))
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }
 
 type problems []string
@@ -768,4 +792,7 @@ func (p *problems) env(path, name string, optional bool) {
 		return
 	}
 	p.check(envName.MatchString(name), path, "must name an environment variable, got %q", name)
+	if _, err := secret(name); err != nil {
+		p.add(path, "%v", err)
+	}
 }

@@ -206,6 +206,40 @@ func TestRedisSecretFromEnv(t *testing.T) {
 	}
 }
 
+// A secret may come from the file that <VAR>_FILE names (Docker and Kubernetes secrets), without its
+// trailing newline; the variable itself wins; an unreadable file is an error naming the variable and the
+// path, never the secret. <VAR>_FILE is a known variable, not a typo.
+func TestSecretFromFile(t *testing.T) {
+	const secret = "s3cr3t-from-file"
+	path := filepath.Join(t.TempDir(), "redis-password")
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PAYGATE_REDIS_PASSWORD", "")
+	t.Setenv("PAYGATE_REDIS_PASSWORD_FILE", path)
+	c, err := config.Load("testdata/valid.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := c.Redis.Options(); err != nil || o.Password != secret {
+		t.Fatalf("password from the file: %q %v", o.Password, err)
+	}
+	if got := c.UnknownEnv([]string{"PAYGATE_REDIS_PASSWORD_FILE=" + path, "PAYGATE_AMQP_URL_FILE=/x", "PAYGATE_LOG_LEVEL_FILE=/x"}); fmt.Sprint(got) != "[PAYGATE_LOG_LEVEL_FILE]" {
+		t.Fatalf("unknown %v, want only PAYGATE_LOG_LEVEL_FILE (not a secret)", got)
+	}
+	t.Setenv("PAYGATE_REDIS_PASSWORD", "from-env")
+	if o, _ := c.Redis.Options(); o.Password != "from-env" {
+		t.Fatalf("the variable must win over the file: %q", o.Password)
+	}
+	t.Setenv("PAYGATE_REDIS_PASSWORD", "")
+	t.Setenv("PAYGATE_REDIS_PASSWORD_FILE", path+".missing")
+	_, err = config.Load("testdata/valid.yaml")
+	want := "redis.password_env: $PAYGATE_REDIS_PASSWORD_FILE: cannot read the secret file " + path + ".missing: no such file or directory"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("unreadable secret file: %v, want %q", err, want)
+	}
+}
+
 func writeFile(t *testing.T, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "c.yaml")

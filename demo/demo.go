@@ -254,6 +254,7 @@ type worker struct {
 	rdb     redis.UniversalClient
 	broker  demoBroker
 	clients []*providers.Client
+	gate    *gate.Limiter
 	w       *consumers.Worker
 }
 
@@ -283,6 +284,7 @@ func (e *env) newWorker(ctx context.Context, o Options, n int, st *gateStats) (*
 		wk.close()
 		return nil, err
 	}
+	wk.gate = l
 	if wk.broker, err = e.openBroker(ctx); err != nil {
 		wk.close()
 		return nil, fmt.Errorf("demo: worker %d: %w", n, err)
@@ -334,6 +336,10 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 			return nil, err
 		}
 		workers = append(workers, wk)
+		wg.Go(func() { // as worker run does: every worker holds a provider another one saw throttled
+			notePause := func(provider string, d time.Duration) { wk.w.NotePause(provider, d) }
+			_ = wk.gate.WatchPauses(work, wk.rdb, notePause)
+		})
 		wg.Go(func() {
 			if err := wk.w.Run(work, wk.broker); err != nil {
 				runErrs <- fmt.Errorf("demo: worker %d: %w", n+1, err)

@@ -139,7 +139,8 @@ type Worker struct {
 	redisLog   *throttledLog
 	lateLog    *throttledLog
 	mu         sync.Mutex
-	pausedTill map[string]time.Time // the pauses this process has seen, checked before every dispatch
+	pausedTill map[string]time.Time // the pauses this process set (local clock), checked before every dispatch
+	announced  map[string]time.Time // the end of the latest pause any worker set (Redis clock; NotePause)
 }
 
 // New returns a worker. metrics may be nil.
@@ -168,7 +169,8 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 		metrics = NewMetrics(nil)
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
-		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{}}, nil
+		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{},
+		announced: map[string]time.Time{}}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -251,7 +253,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// Redis chose the slot at its "now", somewhere between asking and the answer. Sleeping Delay from
 		// the answer is never early; lateness counts from the earliest the slot can be (asking + Delay), so
 		// a slow round trip to Redis counts in full. If that keeps every job late, the fallback below
-		// sends it anyway after maxLateTries, so nothing stalls.
+		// sends it anyway after MaxLateTries, so nothing stalls.
 		if !Sleep(ctx, v.Delay) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
@@ -262,7 +264,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			break
 		}
 		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
-		if try == maxLateTries {
+		if try == MaxLateTries {
 			// Still late after re-reserving: this process cannot keep within the margin (starved CPU, slow
 			// Redis). Go on rather than stall every job, and say so.
 			w.lateLog.warn(w.log, "dispatching later than gate.margin/2 after repeated re-reservations: raise gate.margin or give the worker more CPU",
@@ -282,7 +284,13 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			return
 		}
 	}
-	if wait := w.pausedFor(provider); wait > 0 {
+	wait := w.pausedFor(provider)
+	if held := w.announcedUntil(provider).Sub(v.Slot()); held > wait {
+		// Another worker was throttled after this slot was handed out, and the slot lies inside its pause
+		// (both times on the Redis clock).
+		wait = held
+	}
+	if wait > 0 {
 		if !v.Duplicate && !v.Moved {
 			_ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()) // unused: give it back (best effort)
 		}
@@ -337,8 +345,8 @@ func GateID(jobID string, attempt int) string {
 	return jobID + "\x1f" + strconv.Itoa(attempt)
 }
 
-// maxLateTries bounds how often a job that keeps waking late re-reserves before it is deferred.
-const maxLateTries = 3
+// MaxLateTries bounds how often a job that keeps waking late re-reserves before it is sent anyway.
+const MaxLateTries = 3
 
 // admitted reads the gate's answer: true means the job holds a slot; otherwise the delivery is settled.
 func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, err error) bool {
@@ -375,24 +383,33 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 
 // pause tells the whole cluster (through the gate) and this process to hold the provider.
 func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
-	until := w.NotePause(provider, d)
+	until := w.now().Add(d)
+	w.mu.Lock()
+	if until.After(w.pausedTill[provider]) {
+		w.pausedTill[provider] = until
+	}
+	w.mu.Unlock()
 	if err := w.gate.Pause(ctx, provider, until); err != nil {
 		w.redisLog.warn(w.log, "gate unreachable: pause not shared", zap.String("provider", provider), zap.Error(err))
 	}
 }
 
-// NotePause holds the provider in this process for d: no job of it is dispatched until then, even one
-// holding a slot reserved before the pause; they are deferred instead. The gate announces every pause
-// a worker sets (gate.Limiter.WatchPauses), so the whole cluster holds together. It returns the end of
-// the pause.
-func (w *Worker) NotePause(provider string, d time.Duration) time.Time {
-	until := w.now().Add(d)
+// NotePause is told of every pause any worker sets (gate.Limiter.WatchPauses): until is its end on the
+// Redis clock. A pause binds the gate's later decisions by itself; NotePause makes this process hold
+// the jobs whose slots were handed out before it and fall inside it: they are deferred, their units
+// released, rather than sent into the throttle.
+func (w *Worker) NotePause(provider string, until time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if until.After(w.pausedTill[provider]) {
-		w.pausedTill[provider] = until
+	if until.After(w.announced[provider]) {
+		w.announced[provider] = until
 	}
-	return until
+}
+
+func (w *Worker) announcedUntil(provider string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.announced[provider]
 }
 
 func (w *Worker) pausedFor(provider string) time.Duration {
@@ -414,21 +431,21 @@ type settlement struct {
 	late      time.Duration // dispatch start after the slot
 }
 
-// settleTimeout bounds one settlement (an ack, or a copy published with confirms and then an ack).
-const settleTimeout = 10 * time.Second
+// SettleTimeout bounds one settlement (an ack, or a copy published with confirms and then an ack).
+const SettleTimeout = 10 * time.Second
 
 // HoldBound is the longest a delivery can stay unacknowledged in a worker: it waits in the prefetch
-// buffer behind ceil(prefetch/concurrency)-1 others, and each handling takes at most maxLateTries
+// buffer behind ceil(prefetch/concurrency)-1 others, and each handling takes at most MaxLateTries
 // reservations of up to MaxInlineWait, the request (the provider's timeout) and a settlement. A broker
 // that cancels consumers holding a delivery longer (RabbitMQ's consumer_timeout) must allow more.
 func HoldBound(cfg Config, prefetch int, providerTimeout time.Duration) time.Duration {
 	rounds := (max(prefetch, 1) + max(cfg.Concurrency, 1) - 1) / max(cfg.Concurrency, 1)
-	return time.Duration(rounds) * (maxLateTries*cfg.MaxInlineWait + providerTimeout + settleTimeout)
+	return time.Duration(rounds) * (MaxLateTries*cfg.MaxInlineWait + providerTimeout + SettleTimeout)
 }
 
 // settleCtx outlives a shutdown's cancellation briefly, so that a finished job is still settled.
 func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), SettleTimeout)
 }
 
 // ack settles a job the provider accepted; gid is its entry at the gate.

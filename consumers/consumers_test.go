@@ -40,11 +40,12 @@ func prefix() string {
 
 // harness is a worker over an in-memory broker, the real gate on real Redis, and httptest providers.
 type harness struct {
-	t      *testing.T
-	broker *memory.Broker
-	gate   *gate.Limiter
-	worker *consumers.Worker
-	calls  map[string]*atomic.Int64
+	t        *testing.T
+	broker   *memory.Broker
+	gate     *gate.Limiter
+	worker   *consumers.Worker
+	dispatch map[string]consumers.Dispatcher
+	calls    map[string]*atomic.Int64
 }
 
 type provider struct {
@@ -97,6 +98,7 @@ func newHarness(t *testing.T, rdb redis.UniversalClient, cfg consumers.Config, p
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
+	h.dispatch = dispatch
 	h.worker, err = consumers.New(cfg, l, dispatch, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -516,30 +518,68 @@ func TestAcceptedButUnsettledIsMarkedSent(t *testing.T) {
 	}
 }
 
-// A pause another worker set (announced through gate.Limiter.WatchPauses, noted with NotePause) holds a
-// job that reserved its slot before the pause: it is deferred, not sent, and its unit goes back.
+// Two workers on one gate, each following the pause announcements (gate.Limiter.WatchPauses): worker B
+// holds a slot about a second ahead when worker A's request is throttled (429, Retry-After 3). B holds
+// the job: it is deferred, never sent into the throttle, and its unit goes back.
 func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
+	var sentB atomic.Int64
+	throttling := make(chan struct{})
 	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 3 * time.Second},
-		provider{name: "acme", limits: []gate.Policy{{Limit: 1, Window: time.Second}}, handler: status(200, "")})
-	ctx := context.Background()
-	if v, err := h.gate.Allow(ctx, "acme", "filler", 1); err != nil || !v.Allowed {
-		t.Fatalf("filler: %+v %v", v, err)
+		provider{name: "acme", limits: []gate.Policy{{Limit: 1, Window: time.Second}}, handler: func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Idempotency-Key") != "a" {
+				sentB.Add(1)
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			close(throttling)
+			time.Sleep(300 * time.Millisecond) // B reserves meanwhile
+			status(http.StatusTooManyRequests, "3")(w, r)
+		}})
+	b, err := consumers.New(consumers.Config{MaxInlineWait: 3 * time.Second, Concurrency: 4, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+		ShutdownTimeout: 5 * time.Second, Providers: map[string]int64{"acme": 1}}, h.gate, h.dispatch, nil, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() {
-		time.Sleep(300 * time.Millisecond) // job "a" is asleep on its slot, about a second ahead
-		h.worker.NotePause("acme", 5*time.Second)
-	}()
-	s := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("a", "acme")) })
-	if s.Kind != "defer" || s.After < 4*time.Second || h.calls["acme"].Load() != 0 {
-		t.Fatalf("settled %s after %v with %d provider calls; want deferred ~5s, never sent", s.Kind, s.After, h.calls["acme"].Load())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var watchers sync.WaitGroup
+	for _, w := range []*consumers.Worker{h.worker, b} {
+		watchers.Go(func() { _ = h.gate.WatchPauses(ctx, rdb, w.NotePause) })
+	}
+	time.Sleep(200 * time.Millisecond) // the subscriptions are asynchronous
+	for _, id := range []string{"a", "b"} {
+		if err := h.broker.Publish(ctx, "acme", body(id, "acme")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliveries, err := h.broker.Consume(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, db := <-deliveries, <-deliveries
+	done := make(chan struct{})
+	go func() { h.worker.Handle(context.Background(), "acme", da); close(done) }()
+	<-throttling
+	b.Handle(context.Background(), "acme", db) // reserves a slot about 1s ahead, sleeps, wakes inside A's pause
+	<-done
+	cancel()
+	watchers.Wait()
+	var settledB memory.Settled
+	for _, st := range h.broker.Settled() {
+		if strings.Contains(string(st.Body), `"id":"b"`) {
+			settledB = st
+		}
+	}
+	if settledB.Kind != "defer" || sentB.Load() != 0 || settledB.After < time.Second {
+		t.Fatalf("B's job: settled %q after %v, sent %d times; want deferred past A's pause, never sent", settledB.Kind, settledB.After, sentB.Load())
 	}
 	keys, err := h.gate.Keys("acme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ZScore(ctx, keys[0], "a").Err(); err != redis.Nil {
-		t.Fatalf("the held job's unit is still in the log (%v), want it released", err)
+	if err := rdb.ZScore(context.Background(), keys[0], "b").Err(); err != redis.Nil {
+		t.Fatalf("B's unit is still in the log (%v), want it released", err)
 	}
 }

@@ -336,10 +336,7 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 			return nil, err
 		}
 		workers = append(workers, wk)
-		wg.Go(func() { // as worker run does: every worker holds a provider another one saw throttled
-			notePause := func(provider string, d time.Duration) { wk.w.NotePause(provider, d) }
-			_ = wk.gate.WatchPauses(work, wk.rdb, notePause)
-		})
+		wg.Go(func() { _ = wk.gate.WatchPauses(work, wk.rdb, wk.w.NotePause) }) // as worker run does
 		wg.Go(func() {
 			if err := wk.w.Run(work, wk.broker); err != nil {
 				runErrs <- fmt.Errorf("demo: worker %d: %w", n+1, err)

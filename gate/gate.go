@@ -305,12 +305,12 @@ type Subscriber interface {
 }
 
 // WatchPauses calls notify with every pause any worker sets (Pause), as it is set, until ctx ends: the
-// provider and how long the pause in force still runs. A reservation handed out before a pause is
-// already in the log; the Redis pause only binds later decisions, so a worker holding one learns of
-// the pause here and holds it too. The subscription survives reconnects (go-redis resubscribes); a
-// pause set while the connection was down is missed, and binds only later decisions. notify runs on
-// the watcher's goroutine.
-func (l *Limiter) WatchPauses(ctx context.Context, sub Subscriber, notify func(provider string, remaining time.Duration)) error {
+// provider and the end of the pause in force, on the Redis clock (compare it with Verdict.Slot). A
+// reservation handed out before a pause is already in the log; the Redis pause only binds later
+// decisions, so a worker holding one learns of the pause here and holds it too. The subscription
+// survives reconnects (go-redis resubscribes); a pause set while the connection was down is missed, and
+// binds only later decisions. notify runs on the watcher's goroutine.
+func (l *Limiter) WatchPauses(ctx context.Context, sub Subscriber, notify func(provider string, until time.Time)) error {
 	ps := sub.Subscribe(ctx, l.pauses)
 	defer ps.Close()
 	msgs := ps.Channel()
@@ -327,7 +327,7 @@ func (l *Limiter) WatchPauses(ctx context.Context, sub Subscriber, notify func(p
 			if _, known := l.providers[name]; !ok || err != nil || !known || n <= 0 {
 				continue // another deployment's provider on a shared prefix, or not a pause
 			}
-			notify(name, time.Duration(n)*time.Microsecond)
+			notify(name, time.UnixMicro(n))
 		}
 	}
 }

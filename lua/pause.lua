@@ -8,7 +8,7 @@
 --
 -- Returns until_us: the pause now in force (a shorter pause never cuts a longer one short).
 -- The key expires one second after the pause ends. The pause in force is published on ARGV[2] as
--- "<provider> <remaining µs>", so that workers holding reservations made before it hold them too.
+-- "<provider> <until_us>", so that workers holding reservations made before it hold them too.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -16,5 +16,5 @@ local until_us = now + tonumber(ARGV[1])
 local current = tonumber(redis.call('GET', KEYS[1]) or 0)
 if current > until_us then until_us = current end
 redis.call('SET', KEYS[1], string.format('%.0f', until_us), 'PX', string.format('%d', math.ceil((until_us - now) / 1000) + 1000))
-redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. string.format('%d', until_us - now))
+redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. string.format('%d', until_us))
 return until_us

@@ -34,9 +34,6 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	if _, err := newLogger(c.Log, stderr); err != nil {
 		return nil, configError{err}
 	}
-	if err := checkHold(c); err != nil {
-		return nil, configError{err}
-	}
 	for _, name := range c.UnknownEnv(os.Environ(), "PAYGATE_CONFIG") {
 		fmt.Fprintf(stderr, "worker: warning: environment variable %s sets no configuration key (a typo?); it is ignored\n", name)
 	}
@@ -59,9 +56,9 @@ func checkHold(c *config.Config) error {
 		return nil
 	}
 	return &config.ValidationError{Problems: []string{fmt.Sprintf("broker.rabbitmq.consumer_timeout: %s is not more than the longest a worker can hold a delivery, %s "+
-		"(ceil(prefetch %d / concurrency %d) x (3 x max_inline_wait %s + slowest provider timeout %s + 10s to settle)): "+
+		"(ceil(prefetch %d / concurrency %d) x (%d x max_inline_wait %s + slowest provider timeout %s + %s to settle)): "+
 		"raise consumer_timeout on the broker and here, or lower prefetch, max_inline_wait or the timeouts",
-		r.ConsumerTimeout, hold, r.Prefetch, c.Worker.Concurrency, c.Worker.MaxInlineWait, slowest)}}
+		r.ConsumerTimeout, hold, r.Prefetch, c.Worker.Concurrency, consumers.MaxLateTries, c.Worker.MaxInlineWait, slowest, consumers.SettleTimeout)}}
 }
 
 func checkConfig(args []string, stdout, stderr io.Writer) error {
@@ -72,6 +69,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	c, err := loadConfig(*path, stderr)
 	if err != nil {
 		return err
+	}
+	if err := checkHold(c); err != nil {
+		return configError{err}
 	}
 	fmt.Fprintf(stdout, "%s: valid\n", *path)
 	fmt.Fprintf(stdout, "redis:  %s, key prefix %q\n", c.Redis, c.Redis.KeyPrefix)

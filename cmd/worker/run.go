@@ -33,6 +33,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if err := checkHold(c); err != nil {
+		return configError{err}
+	}
 	log, err := newLogger(c.Log, stderr)
 	if err != nil {
 		return configError{err}
@@ -81,13 +84,17 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Warn("redis unreachable at start: jobs are deferred until it answers", zap.Error(err))
 	}
-	// Every worker holds a provider as soon as any of them is throttled (gate.Limiter.WatchPauses).
+	// Every worker holds a provider as soon as any of them is throttled (gate.Limiter.WatchPauses), until
+	// its last job settled: jobs still go out at their slots during the shutdown.
+	watch, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	watched := make(chan struct{})
 	go func() {
-		notePause := func(provider string, d time.Duration) { w.NotePause(provider, d) }
-		if err := limiter.WatchPauses(ctx, rdb, notePause); err != nil {
+		defer close(watched)
+		if err := limiter.WatchPauses(watch, rdb, w.NotePause); err != nil {
 			log.Warn("pause announcements stopped: pauses still bind new gate decisions", zap.Error(err))
 		}
 	}()
+	defer func() { stopWatch(); <-watched }()
 	log.Info("worker running", zap.String("http", srv.Addr()), zap.String("broker", c.Broker.Kind),
 		zap.String("redis", c.Redis.String()), zap.Strings("providers", c.ProviderNames()))
 	err = w.Run(ctx, b)

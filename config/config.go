@@ -75,6 +75,8 @@ type Gate struct {
 	// WarmUp holds a provider after its state in Redis was lost (a restart without persistence), for its
 	// shortest window plus the margin plus worker.max_inline_wait (gate.Options.WarmUp).
 	WarmUp bool `mapstructure:"warmup"`
+	// WarmUpMax caps the window part of the warm-up (gate.Options.WarmUpCap).
+	WarmUpMax time.Duration `mapstructure:"warmup_max"`
 }
 
 // Broker selects and configures the job queue.
@@ -194,6 +196,7 @@ var defaults = map[string]any{
 	"redis.key_prefix":                 "paygate",
 	"gate.margin":                      "10ms",
 	"gate.warmup":                      true,
+	"gate.warmup_max":                  "1m",
 	"broker.kind":                      "rabbitmq",
 	"broker.rabbitmq.url_env":          "PAYGATE_AMQP_URL",
 	"broker.rabbitmq.exchange":         "payments",
@@ -618,6 +621,7 @@ func (c *Config) Validate() error {
 		"redis.key_prefix", "must be non-empty, without braces or whitespace, got %q", c.Redis.KeyPrefix)
 
 	p.check(c.Gate.Margin >= 0, "gate.margin", "must be >= 0, got %s", c.Gate.Margin)
+	p.check(c.Gate.WarmUpMax > 0, "gate.warmup_max", "must be > 0, got %s", c.Gate.WarmUpMax)
 
 	switch c.Broker.Kind {
 	case "rabbitmq":

@@ -107,6 +107,9 @@ type Options struct {
 	// than that are not covered (see README, Reliability). The first decision a fresh gate makes for a
 	// provider looks the same, so it warms up too.
 	WarmUp bool
+	// WarmUpCap bounds the window part of the warm-up: a provider whose shortest window is longer (a
+	// daily cap only) is held for WarmUpCap instead, and that window is not covered. 0: no bound.
+	WarmUpCap time.Duration
 	// Horizon is the longest reservation workers hold (their max wait); only the warm-up uses it.
 	Horizon time.Duration
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its policies, all enforced together.
@@ -142,8 +145,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if len(opts.Providers) == 0 {
 		return nil, errors.New("gate: no providers")
 	}
-	if opts.Horizon < 0 {
-		return nil, fmt.Errorf("gate: horizon must be >= 0, got %s", opts.Horizon)
+	if opts.Horizon < 0 || opts.WarmUpCap < 0 {
+		return nil, fmt.Errorf("gate: horizon and warm-up cap must be >= 0, got %s and %s", opts.Horizon, opts.WarmUpCap)
 	}
 	if opts.StaleAfter < 0 || opts.StaleAfter > MaxWindow {
 		return nil, fmt.Errorf("gate: stale-after must be 0..%s, got %s", MaxWindow, opts.StaleAfter)
@@ -172,6 +175,9 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 			shortest := policies[0].Window
 			for _, pol := range policies {
 				shortest = min(shortest, pol.Window)
+			}
+			if opts.WarmUpCap > 0 {
+				shortest = min(shortest, opts.WarmUpCap)
 			}
 			p.warmup = micros(shortest + opts.Margin + min(opts.Horizon, MaxHorizon))
 		}

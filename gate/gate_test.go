@@ -974,5 +974,15 @@ func TestWarmUpAfterLoss(t *testing.T) {
 		if v := mustReserve(t, mk(false), "e", 1, 0); !v.Allowed || v.Paused {
 			t.Fatalf("warm-up off: %+v, want admitted now", v)
 		}
+		// A daily cap only: the warm-up is bounded by WarmUpCap, not a day.
+		daily, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: 10 * time.Millisecond, WarmUp: true, WarmUpCap: 2 * time.Second,
+			Horizon: 500 * time.Millisecond, Providers: map[string][]gate.Policy{prov: {pol(10000, 24*time.Hour)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		capped := 2*time.Second + 10*time.Millisecond + 500*time.Millisecond
+		if v := mustReserve(t, daily, "f", 1, 0); v.Allowed || !v.Paused || v.RetryAfter < capped-5*time.Millisecond || v.RetryAfter > capped+time.Millisecond {
+			t.Fatalf("warm-up of a daily cap: %+v, want %v (the cap + margin + horizon)", v, capped)
+		}
 	})
 }

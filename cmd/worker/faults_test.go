@@ -42,15 +42,15 @@ func startRedis(t *testing.T) *redisProc {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	r := &redisProc{t: t, port: port, rdb: redis.NewClient(&redis.Options{Addr: r0(port), MaxRetries: -1})}
+	r := &redisProc{t: t, port: port, rdb: redis.NewClient(&redis.Options{Addr: loopback(port), MaxRetries: -1})}
 	r.start()
 	t.Cleanup(func() { r.rdb.Close(); r.kill() })
 	return r
 }
 
-func r0(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+func loopback(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
-func (r *redisProc) addr() string { return r0(r.port) }
+func (r *redisProc) addr() string { return loopback(r.port) }
 
 func (r *redisProc) start() {
 	r.t.Helper()
@@ -217,6 +217,15 @@ func TestFaultRedis(t *testing.T) {
 
 	rp.kill() // a restart: the log, the pause and the epoch are gone
 	rp.start()
+	// The first decision after it finds no epoch and warms up: the provider is paused (the key lives one
+	// second past the pause's end) for 1s + margin + max_inline_wait.
+	tag := f.x + ":{acme}:"
+	f.waitFor("the first decision after the restart", 10*time.Second, func() bool {
+		return rp.rdb.Exists(context.Background(), tag+"epoch").Val() == 1
+	})
+	if ttl := rp.rdb.PTTL(context.Background(), tag+"pause").Val(); ttl < 1500*time.Millisecond {
+		t.Errorf("no warm-up pause after the restart: the pause key's TTL is %v", ttl)
+	}
 	f.waitAccepted("acme", 400, 2*time.Minute)
 	f.stopAll()
 	f.exactlyOnce("acme", 400)

@@ -118,7 +118,7 @@ func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClien
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, Providers: ps}
 	if worker {
-		o.StaleAfter, o.WarmUp, o.Horizon = c.Gate.Margin/2, c.Gate.WarmUp, c.Worker.MaxInlineWait
+		o.StaleAfter, o.WarmUp, o.WarmUpCap, o.Horizon = c.Gate.Margin/2, c.Gate.WarmUp, c.Gate.WarmUpMax, c.Worker.MaxInlineWait
 	}
 	l, err := gate.New(rdb, o)
 	if err != nil {

@@ -9,6 +9,8 @@
 //	older than max_deferral_age      -> dead letter ("deferral-age")
 //	gate denies (slot > max wait)    -> deferred by RetryAfter (not an attempt)
 //	gate unreachable                 -> deferred (fail closed, never dispatched unguarded)
+//	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
+//	  since it was reserved (NotePause)
 //	provider 2xx                     -> ack
 //	provider throttles (429)         -> gate.Pause for the whole cluster, deferred (not an attempt)
 //	transient failure                -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts

@@ -152,6 +152,16 @@ func (f *fleet) exactlyOnce(provider string, jobs int) sim.Stats {
 	return st
 }
 
+// killAndReplace kills a worker with SIGKILL (no shutdown, nothing settled) and starts another.
+func (f *fleet) killAndReplace(victim *exec.Cmd) {
+	f.t.Helper()
+	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
+		f.t.Fatal(err)
+	}
+	_ = victim.Wait()
+	f.startWorker()
+}
+
 func (f *fleet) accepted(provider string) int64 { return f.sims[provider].Stats().Accepted }
 
 func (f *fleet) waitAccepted(provider string, n int64, timeout time.Duration) {
@@ -177,11 +187,7 @@ func TestFaultAcceptance(t *testing.T) {
 	rp.do("CLIENT", "PAUSE", 2000, "ALL")
 	time.Sleep(2 * time.Second)
 	f.waitAccepted("acme", 190, time.Minute)
-	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = victim.Wait()
-	f.startWorker()
+	f.killAndReplace(victim)
 	f.waitAccepted("acme", 300, 2*time.Minute)
 	f.stopAll()
 	f.exactlyOnce("acme", 300)
@@ -296,11 +302,7 @@ func TestFaultKillMidDispatch(t *testing.T) {
 	victim := f.startWorker()
 	f.startWorker()
 	f.waitAccepted("acme", 60, time.Minute)
-	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = victim.Wait()
-	f.startWorker()
+	f.killAndReplace(victim)
 	f.waitAccepted("acme", 250, 2*time.Minute)
 	f.stopAll()
 	st := f.exactlyOnce("acme", 250)
@@ -426,11 +428,7 @@ func TestFaultKafka(t *testing.T) {
 	rp.kill()
 	rp.start()
 	f.waitAccepted("acme", 190, time.Minute)
-	if err := victim.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = victim.Wait()
-	f.startWorker()
+	f.killAndReplace(victim)
 	f.waitAccepted("acme", 300, 2*time.Minute)
 	f.stopAll()
 	l := ledger{accepted: map[string]int{}}

@@ -67,7 +67,7 @@ type paygateRun struct {
 func newPaygate(reserve bool) func(redis.UniversalClient, string, []sim.Window, int) (run, error) {
 	return func(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
 		l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 10 * time.Millisecond, StaleAfter: 5 * time.Millisecond,
-			Providers: map[string][]gate.Policy{"p": policies(limits)}})
+			Providers: map[string]gate.Provider{"p": {Policies: policies(limits)}}})
 		return &paygateRun{l: l, reserve: reserve}, err
 	}
 }

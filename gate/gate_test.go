@@ -228,7 +228,7 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 		const margin = time.Millisecond
 		policies := []gate.Policy{pol(6, 50*time.Millisecond), pol(15, 200*time.Millisecond), pol(400, 3*time.Second)}
 		l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: margin, StaleAfter: 30 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: policies}})
+			Providers: map[string]gate.Provider{prov: {Policies: policies}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -421,9 +421,9 @@ func TestClusterHashTags(t *testing.T) {
 	ctx := context.Background()
 	cluster := backends(t)[1].rdb
 	names := []string{"acme", "globex", "initech", "umbrella", "hooli", "stark"}
-	ps := map[string][]gate.Policy{}
+	ps := map[string]gate.Provider{}
 	for _, n := range names {
-		ps[n] = []gate.Policy{pol(5, time.Second)}
+		ps[n] = gate.Provider{Policies: []gate.Policy{pol(5, time.Second)}}
 	}
 	l, err := gate.New(cluster, gate.Options{Prefix: uniquePrefix(t), Providers: ps})
 	if err != nil {
@@ -522,7 +522,7 @@ func TestInputValidation(t *testing.T) {
 		t.Fatalf("want ErrUnknownProvider, got %v", err)
 	}
 	for _, name := range []string{"a{b", "a:b", "a b", "*", "Acme", "", "a}"} {
-		_, err := gate.New(rdb, gate.Options{Prefix: "p", Providers: map[string][]gate.Policy{name: {pol(1, time.Second)}}})
+		_, err := gate.New(rdb, gate.Options{Prefix: "p", Providers: map[string]gate.Provider{name: {Policies: []gate.Policy{pol(1, time.Second)}}}})
 		if err == nil {
 			t.Errorf("provider name %q accepted; it would reach a Redis key", name)
 		}
@@ -701,7 +701,7 @@ func TestRelease(t *testing.T) {
 		// Found in review: a worker releasing the slot it held must not remove the entry a redelivery
 		// has since been moved to; releasing at the slot it holds does.
 		l2, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 20 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(5, time.Hour)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(5, time.Hour)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -795,7 +795,7 @@ func TestEmbeddedAgreesWithRedis(t *testing.T) {
 func TestStaleDuplicateIsMoved(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(2, 10*time.Second)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(2, 10*time.Second)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -815,7 +815,7 @@ func TestStaleDuplicateIsMoved(t *testing.T) {
 
 		// Denied afresh: the entry stays at its old slot.
 		l2, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(1, 10*time.Second)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, 10*time.Second)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -837,7 +837,7 @@ func TestStaleDuplicateIsMoved(t *testing.T) {
 
 		// Marked sent (accepted, not settled): a stale redelivery is a plain duplicate, not moved.
 		l3, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(5, 10*time.Second)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(5, 10*time.Second)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}

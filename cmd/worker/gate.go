@@ -82,9 +82,9 @@ func policies(p config.Provider) []gate.Policy {
 // is the workers' gate.Options.StaleAfter (margin/2); the operator tools ask plainly (0).
 func newGate(c *config.Config, staleAfter time.Duration) (*gate.Limiter, redis.UniversalClient, error) {
 	rdb := redis.NewUniversalClient(c.Redis.Options())
-	ps := make(map[string][]gate.Policy, len(c.Providers))
+	ps := make(map[string]gate.Provider, len(c.Providers))
 	for name, p := range c.Providers {
-		ps[name] = policies(p)
+		ps[name] = gate.Provider{Policies: policies(p), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets}
 	}
 	l, err := gate.New(rdb, gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, StaleAfter: staleAfter, Providers: ps})
 	if err != nil {

@@ -7,9 +7,11 @@
 --
 -- Per policy (limit L, window W, margin m): one unit leaks every T = (W + m) / L µs. A job of cost n joins
 -- the tail of every policy's queue and goes when it reaches the head: slot = the latest TAT (or now), and
--- then TAT = slot + n*T. It is admitted only if the queue has room for it: (slot - now) + n*T <= L*T, the
--- queue's capacity of L units; a full queue is a denial whatever the max wait, with retry_after_us the time
--- until it has room (a max wait of 0 admits only into an empty queue).
+-- then TAT = slot + n*T. It is admitted only if every policy's queue has room for it: (slot - now) + n*T <=
+-- L*T, a capacity of L units (with several policies the job waits in all of them at once, so a long wait
+-- set by a slow policy can overflow a short policy's queue); a full queue is a denial whatever the max wait,
+-- with retry_after_us the time until it has room (a max wait of 0 admits only into an empty queue). The
+-- verdict names the policy that sets the slot, else the one whose queue is full.
 --
 -- Output is smoothed, never a burst: jobs of cost 1 go at least T apart, so any window of W + m holds at most
 -- L of them and requests landing up to m late fit a sliding window of L per W (as sliding_log's do) as
@@ -34,12 +36,13 @@ function algo.earliest(from, n)
     local s = math.ceil(tat(i) - EPS)
     if s > slot then slot, blocker = s, i end
   end
-  local hold = 0
+  -- Every policy's queue must hold the job: its wait plus its own drain within L*T.
+  local hold, full = 0, nil
   for i = 1, P do
-    local over = math.ceil(slot + n * T[i] - limits[i] * T[i] - now - EPS)
-    if over > hold then hold, blocker = over, i end
+    local over = math.ceil(slot - now + n * T[i] - limits[i] * T[i] - EPS)
+    if over > hold then hold, full = over, i end
   end
-  return slot, blocker, hold
+  return slot, blocker or full, hold
 end
 
 function algo.commit(slot, n)
@@ -55,10 +58,11 @@ function algo.take_back(token) state.take_back(token) end
 -- Room: whole units the queue can still take at `at`.
 local function room(i, at) return limits[i] - math.max(0, tat(i) - at) / T[i] end
 
-function algo.room(at)
+-- The verdict's remaining is the queue's room now (after this job), wherever the job's slot is.
+function algo.room(_)
   local r, index = nil, 1
   for i = 1, P do
-    local x = math.max(0, math.floor(room(i, at) + EPS))
+    local x = math.max(0, math.floor(room(i, now) + EPS))
     if r == nil or x < r then r, index = x, i end
   end
   return r, index

@@ -3,6 +3,9 @@ package gate_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -565,4 +568,120 @@ func TestFamilyOptions(t *testing.T) {
 	if err == nil {
 		t.Fatal("fixed window no longer than the margin: accepted")
 	}
+}
+
+// Each algorithm's guarantee, property-tested: 16 concurrent workers with random costs, random max waits and
+// repeated ids (so duplicates and moves happen), then the id record (kept for the whole run) is read back and
+// the slots checked against what the algorithm promises, and against what the workers were told.
+func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
+	eachAlgorithm(t, family, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		const margin = time.Millisecond
+		policies := []gate.Policy{pol(6, 100*time.Millisecond), pol(15, 400*time.Millisecond), pol(400, 3*time.Second)}
+		l := newAlgoOpts(t, rdb, gate.Options{Margin: margin, StaleAfter: 30 * time.Millisecond, DedupWindow: time.Minute},
+			gate.Provider{Algorithm: algo, Policies: policies})
+		var (
+			mu                  sync.Mutex
+			told                = map[string]entry{} // the latest admission each id was told
+			dups, moved, denied int
+		)
+		ctx := context.Background()
+		deadline := time.Now().Add(time.Second)
+		var wg sync.WaitGroup
+		for w := range 16 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				for time.Now().Before(deadline) {
+					jobID := fmt.Sprintf("j%d", rng.IntN(80))
+					cost := 1 + rng.Int64N(3)
+					v, err := l.Reserve(ctx, prov, jobID, cost, time.Duration(rng.IntN(300))*time.Millisecond)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					switch {
+					case !v.Allowed:
+						denied++
+					case v.Duplicate:
+						dups++
+					default:
+						if v.Moved {
+							moved++
+						} else if _, ok := told[jobID]; ok {
+							t.Errorf("job %s admitted twice as new", jobID)
+						}
+						told[jobID] = entry{id: jobID, slot: v.Slot().UnixMicro(), cost: cost}
+					}
+					mu.Unlock()
+					if v.Allowed && v.Delay > 0 && rng.IntN(4) == 0 {
+						time.Sleep(v.Delay)
+					}
+					if !v.Allowed {
+						time.Sleep(min(v.RetryAfter, time.Duration(rng.IntN(5))*time.Millisecond))
+					}
+				}
+			})
+		}
+		wg.Wait()
+		log := readLog(t, rdb, l)
+		if len(log) != len(told) {
+			t.Fatalf("id record holds %d jobs, workers were told %d", len(log), len(told))
+		}
+		for _, e := range log {
+			if told[e.id] != e {
+				t.Fatalf("id record %+v, workers were told %+v", e, told[e.id])
+			}
+		}
+		if dups == 0 || denied == 0 || moved == 0 || len(told) < 20 {
+			t.Fatalf("weak run: %d admitted, %d duplicates, %d moved, %d denied", len(told), dups, moved, denied)
+		}
+		for _, p := range policies {
+			if err := guarantee(algo, log, p, margin); err != nil {
+				t.Errorf("policy %s: %v", p, err)
+			}
+		}
+		t.Logf("%d admitted, %d duplicates, %d moved, %d denied", len(told), dups, moved, denied)
+	})
+}
+
+// guarantee checks admitted slots (sorted) against what the algorithm promises for one policy (L per W,
+// margin m); see each script's header.
+func guarantee(algo gate.Algorithm, log []entry, p gate.Policy, margin time.Duration) error {
+	L, W, m := float64(p.Limit), float64(p.Window.Microseconds()), float64(margin.Microseconds())
+	switch algo {
+	case gate.SlidingWindow: // never more than the exact log: L in any window of W + m
+		if got := maxInWindow(log, p.Window+margin); got > p.Limit {
+			return fmt.Errorf("%d units in one window of W+m", got)
+		}
+	case gate.FixedWindow: // L per calendar window, no slot in a window's last margin
+		per := map[int64]int64{}
+		for _, e := range log {
+			k := e.slot / p.Window.Microseconds()
+			if per[k] += e.cost; per[k] > p.Limit {
+				return fmt.Errorf("%d units in calendar window %d", per[k], k)
+			}
+			if (k+1)*p.Window.Microseconds()-e.slot <= margin.Microseconds() {
+				return fmt.Errorf("slot %d in the last margin of its window", e.slot)
+			}
+		}
+	case gate.LeakyBucket: // a job of cost n is followed by n*T of silence
+		T := (W + m) / L
+		for i := 1; i < len(log); i++ {
+			if gap := float64(log[i].slot - log[i-1].slot); gap+1 < float64(log[i-1].cost)*T {
+				return fmt.Errorf("slots %d and %d are %.0fµs apart, want >= %.0f", log[i-1].slot, log[i].slot, gap, float64(log[i-1].cost)*T)
+			}
+		}
+	case gate.TokenBucket, gate.GCRA: // at most L*W/(W+m) + d*L/(W+m) units in any interval of length d
+		for i := range log {
+			var sum float64
+			for j := i; j < len(log); j++ {
+				sum += float64(log[j].cost)
+				d := float64(log[j].slot - log[i].slot)
+				if bound := L*W/(W+m) + d*L/(W+m); sum > bound+1e-6 {
+					return fmt.Errorf("%.0f units in %.0fµs from %d, bound %.3f", sum, d, log[i].slot, bound)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -16,8 +16,9 @@ import (
 
 // The algorithm family: what every algorithm shares (the verdict, several limits at once, pause,
 // duplicates, release, moves, status), then each algorithm's own semantics. Everything runs on the single
-// node and on the Redis Cluster, with Redis TIME as the clock: expectations are computed from the verdicts'
-// Now, never from the test's clock, and windows are long enough that a slow machine cannot cross them.
+// node, on the Redis Cluster and on the demo's embedded Redis, with Redis TIME as the clock: expectations
+// are computed from the verdicts' Now, never from the test's clock, and windows are long enough that a
+// slow machine cannot cross them.
 
 func newAlgo(t testing.TB, rdb redis.Scripter, algo gate.Algorithm, margin time.Duration, policies ...gate.Policy) *gate.Limiter {
 	t.Helper()
@@ -38,10 +39,11 @@ func newAlgoOpts(t testing.TB, rdb redis.Scripter, opts gate.Options, p gate.Pro
 // family is every algorithm but sliding_log, which gate_test.go covers on its own.
 var family = gate.Algorithms[1:]
 
-// eachAlgorithm runs fn for every algorithm on the single node and the cluster, as parallel subtests.
+// eachAlgorithm runs fn for every algorithm on the single node, the cluster and the embedded Redis (the
+// demo's, whose gopher-lua must run every script alike), as parallel subtests.
 func eachAlgorithm(t *testing.T, algos []gate.Algorithm, fn func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm)) {
 	t.Helper()
-	for _, b := range backends(t) {
+	for _, b := range append(backends(t), embedded(t)) {
 		for _, a := range algos {
 			t.Run(b.name+"/"+string(a), func(t *testing.T) {
 				t.Parallel()

@@ -19,6 +19,9 @@
 -- window, from there on, with room for the job in every policy, at its start. Release and moves take a
 -- job's units out of its window's counter while that window is current or ahead (exact).
 
+-- counts[i] maps a window index, as the string HINCRBY takes, to units. (String keys: a Lua table indexed
+-- by numbers in the tens of millions makes gopher-lua, the demo's embedded Redis, allocate an array that
+-- large.)
 local keys_of, counts = {}, {}
 for i = 1, P do keys_of[i] = KEYS[3 + i] end
 
@@ -29,15 +32,14 @@ function algo.load(trim)
     local m, drop = {}, {}
     local current = window(i, now)
     for idx, c in pairs(hash_pairs(redis.call('HGETALL', keys_of[i]))) do
-      local k = tonumber(idx)
-      if trim and k < current then drop[#drop + 1] = idx else m[k] = tonumber(c) end
+      if trim and tonumber(idx) < current then drop[#drop + 1] = idx else m[idx] = tonumber(c) end
     end
     if #drop > 0 then redis.call('HDEL', keys_of[i], unpack(drop)) end
     counts[i] = m
   end
 end
 
-local function count(i, k) return counts[i][k] or 0 end
+local function count(i, k) return counts[i][int(k)] or 0 end
 
 function algo.earliest(from, n)
   local slot, blocker = from, nil
@@ -59,15 +61,16 @@ local function add(i, k, n)
   local c = redis.call('HINCRBY', keys_of[i], int(k), n)
   if c <= 0 then
     redis.call('HDEL', keys_of[i], int(k))
-    counts[i][k] = nil
+    counts[i][int(k)] = nil
   else
-    counts[i][k] = c
+    counts[i][int(k)] = c
   end
 end
 
 local function last_window(i)
   local last = nil
-  for k in pairs(counts[i]) do
+  for idx in pairs(counts[i]) do
+    local k = tonumber(idx)
     if last == nil or k > last then last = k end
   end
   return last
@@ -126,7 +129,7 @@ function algo.status()
     local k = window(i, now)
     local reserved = 0
     for idx, c in pairs(counts[i]) do
-      if idx > k then reserved = reserved + c end
+      if tonumber(idx) > k then reserved = reserved + c end
     end
     out[i] = {count(i, k), reserved, math.max(0, limits[i] - count(i, k)), reset_of(i)}
   end

@@ -25,8 +25,8 @@
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us}, as sliding_log.lua does:
 --   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed
---   duplicate       1: the id is in the id record (or marked sent): it takes nothing and goes at its own
---                   slot, the end of a pause, or now, whichever is latest (denied beyond max wait)
+--   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
+--                   pause, or now, whichever is latest (denied beyond max wait)
 --   delay_us        slot - now when allowed, else 0
 --   retry_after_us  when denied (> 0): the same call this much later is admitted if nobody else takes the
 --                   room meanwhile (a leaky bucket's full queue counts too); else 0
@@ -34,8 +34,7 @@
 --   policy          0-based index of the policy that sets the slot (or fills the queue), else the tightest
 --   now_us          Redis TIME in µs
 --   paused          1 when a provider pause is what sets the slot
---   admitted_us     a duplicate's or moved job's old slot, µs; else 0 (also 0 for a duplicate known only as
---                   sent, its id record entry gone)
+--   admitted_us     a duplicate's or moved job's old slot, µs; else 0
 --   moved           1: the id was in the record at a slot more than stale µs before it would now go, and not
 --                   marked sent: its entry left the record, its units went back where the algorithm can give
 --                   them back (algo.give_back), and it was admitted afresh, in this one step. Denied afresh,
@@ -98,27 +97,27 @@ local function hash_pairs(reply)
   return m
 end
 
--- expire_at_least extends a key's expiry to ms, never shortens it.
-local function expire_at_least(key, ms)
-  ms = math.ceil(ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, int(ms)) end
-end
+local function expire(key, ms) redis.call('PEXPIRE', key, int(math.ceil(ms))) end
 
 local algo = {}
 
--- undoable is the state of token_bucket, gcra and leaky_bucket: one hash of numbers (v:<name>) and the undo
--- record of the newest admission (last = its id, last_slot, u:<name> = the numbers before it), so that a
--- release or move of that admission restores exactly what it changed. An older admission cannot be undone
--- soundly: later ones were decided on top of it.
-local function undoable(key)
+-- undoable is the state of token_bucket, gcra and leaky_bucket: one hash of numbers (v:<name>, for the
+-- given names) and the undo record of the newest admission (last = its id, last_slot, u:<name> = the
+-- numbers before it), so that a release or move of that admission restores exactly what it changed. An
+-- older admission cannot be undone soundly: later ones were decided on top of it. Field names are built
+-- once per call and read with one HMGET: string work is most of a small script's cost inside Redis.
+local function undoable(key, names)
   local s = {v = {}, u = {}, last = '', last_slot = 0}
+  local vf, uf = {}, {}
+  for j, name in ipairs(names) do vf[j], uf[j] = 'v:' .. name, 'u:' .. name end
   function s.load()
-    local m = hash_pairs(redis.call('HGETALL', key))
-    for f, x in pairs(m) do
-      if string.sub(f, 1, 2) == 'v:' then s.v[string.sub(f, 3)] = tonumber(x) end
-      if string.sub(f, 1, 2) == 'u:' then s.u[string.sub(f, 3)] = tonumber(x) end
+    local fields = {'last', 'last_slot'}
+    for j = 1, #names do fields[#fields + 1], fields[#fields + 2] = vf[j], uf[j] end
+    local got = redis.call('HMGET', key, unpack(fields))
+    s.last, s.last_slot = got[1] or '', tonumber(got[2] or 0)
+    for j, name in ipairs(names) do
+      s.v[name], s.u[name] = tonumber(got[1 + 2 * j] or nil), tonumber(got[2 + 2 * j] or nil)
     end
-    s.last, s.last_slot = m.last or '', tonumber(m.last_slot or 0)
   end
   local function copy(t2)
     local c = {}
@@ -138,20 +137,16 @@ local function undoable(key)
   function s.take_back(token)
     if token then s.v, s.u, s.last, s.last_slot = token.v, token.u, token.last, token.last_slot end
   end
+  -- save writes every field (last = '' means no undo; u:* are then ignored).
   function s.save(ttl_ms)
     if not s.dirty then return end
-    redis.call('DEL', key)
     local args = {'last', s.last, 'last_slot', int(s.last_slot)}
-    for k, x in pairs(s.v) do
-      args[#args + 1] = 'v:' .. k
-      args[#args + 1] = num(x)
-    end
-    for k, x in pairs(s.u) do
-      args[#args + 1] = 'u:' .. k
-      args[#args + 1] = num(x)
+    for j, name in ipairs(names) do
+      if s.v[name] then args[#args + 1], args[#args + 2] = vf[j], num(s.v[name]) end
+      if s.u[name] then args[#args + 1], args[#args + 2] = uf[j], num(s.u[name]) end
     end
     redis.call('HSET', key, unpack(args))
-    redis.call('PEXPIRE', key, int(math.ceil(ttl_ms)))
+    expire(key, ttl_ms)
   end
   return s
 end
@@ -165,6 +160,8 @@ local function units_at(at)
   return out
 end
 
+-- record puts the id's members in the record at slot. Every slot in the record is at most reset_after from
+-- now (the newest admission is what sets it), so the expiry below never cuts a later entry short.
 local function record(slot, members)
   local args = {}
   for _, m in ipairs(members) do
@@ -172,7 +169,7 @@ local function record(slot, members)
     args[#args + 1] = m
   end
   redis.call('ZADD', ids, unpack(args))
-  expire_at_least(ids, (slot - now + dedup) / 1000 + 1000)
+  expire(ids, (math.max(slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
 end
 
 local function run()
@@ -209,22 +206,21 @@ local function run()
   end
 
   local moved, old, gone, token = 0, 0, nil, nil
-  local is_sent = redis.call('HEXISTS', sent, id) == 1
-  if prev and stale > 0 and math.max(now, pause_until) - prev > stale and not is_sent then
+  if prev and stale > 0 and math.max(now, pause_until) - prev > stale and redis.call('HEXISTS', sent, id) == 0 then
     -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back
     -- where the algorithm can give them back); it is admitted afresh below, or everything is restored.
     moved, old = 1, prev
     gone = units_at(prev)
     redis.call('ZREM', ids, unpack(gone))
     token = algo.give_back(prev, #gone)
-  elseif prev or is_sent then
+  elseif prev then
     -- A duplicate holds its permit already: it goes at its own slot, after a pause, or now, whichever is
-    -- latest, within max wait like any job. A job marked sent whose entry is gone goes now.
-    local at, paused = math.max(prev or now, now), 0
+    -- latest, within max wait like any job.
+    local at, paused = math.max(prev, now), 0
     if pause_until > at then at, paused = pause_until, 1 end
     local room, index = algo.room(at)
-    if at - now > max_wait then return reply(0, 1, 0, at - now - max_wait, room, index, paused, prev or 0, 0) end
-    return reply(1, 1, at - now, 0, room, index, paused, prev or 0, 0)
+    if at - now > max_wait then return reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0) end
+    return reply(1, 1, at - now, 0, room, index, paused, prev, 0)
   end
 
   local from = math.max(now, pause_until)
@@ -248,10 +244,10 @@ local function run()
     return reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0)
   end
   if forced then algo.force(slot, cost) else algo.commit(slot, cost) end
+  algo.save()
   local members = {id}
   for k = 2, cost do members[k] = id .. '\0' .. k end
   record(slot, members)
-  algo.save()
   local room, index = algo.room(slot)
   return reply(1, 0, wait, 0, room, blocker or index, paused, old, moved)
 end

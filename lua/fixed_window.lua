@@ -80,7 +80,7 @@ function algo.commit(slot, n)
   for i = 1, P do
     local k = window(i, slot)
     add(i, k, n)
-    expire_at_least(keys_of[i], ((last_window(i) + 1) * windows[i] - now) / 1000 + 1000)
+    expire(keys_of[i], ((last_window(i) + 1) * windows[i] - now) / 1000 + 1000)
   end
 end
 

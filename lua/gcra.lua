@@ -19,11 +19,11 @@
 -- Release (and a move) restores the TATs exactly when the job is the newest admission; otherwise its
 -- units stay spent until they drain (never more than the limit).
 
-local state = undoable(KEYS[4])
-local T = {}
-for i = 1, P do T[i] = (windows[i] + margin) / limits[i] end
+local T, names = {}, {}
+for i = 1, P do T[i], names[i] = (windows[i] + margin) / limits[i], int(windows[i]) end
+local state = undoable(KEYS[4], names)
 
-local function tat(i) return state.v[int(windows[i])] or 0 end
+local function tat(i) return state.v[names[i]] or 0 end
 
 function algo.load(_) state.load() end
 
@@ -38,7 +38,7 @@ end
 
 function algo.commit(slot, n)
   state.begin(slot)
-  for i = 1, P do state.v[int(windows[i])] = math.max(tat(i), slot) + n * T[i] end
+  for i = 1, P do state.v[names[i]] = math.max(tat(i), slot) + n * T[i] end
 end
 
 function algo.force() error('paygate: force is only for token_bucket') end

@@ -21,12 +21,11 @@
 -- Release (and a move) restores the queue exactly when the job is the newest admission (the tail);
 -- otherwise its units stay queued until they leak (never more than the limit).
 
-local state = undoable(KEYS[4])
-local T = {}
-for i = 1, P do T[i] = (windows[i] + margin) / limits[i] end
+local T, names = {}, {}
+for i = 1, P do T[i], names[i] = (windows[i] + margin) / limits[i], int(windows[i]) end
+local state = undoable(KEYS[4], names)
 
-local function field(i) return int(windows[i]) end
-local function tat(i) return state.v[field(i)] or 0 end
+local function tat(i) return state.v[names[i]] or 0 end
 
 function algo.load(_) state.load() end
 
@@ -47,7 +46,7 @@ end
 
 function algo.commit(slot, n)
   state.begin(slot)
-  for i = 1, P do state.v[field(i)] = math.max(tat(i), slot) + n * T[i] end
+  for i = 1, P do state.v[names[i]] = math.max(tat(i), slot) + n * T[i] end
 end
 
 function algo.force() error('paygate: force is only for token_bucket') end

@@ -95,7 +95,8 @@ function algo.commit(slot, n)
   for i = 1, P do
     local k = bucket(i, slot)
     add(i, k, n)
-    expire_at_least(keys_of[i], ((k + buckets + 1) * g[i] - now) / 1000 + 1000)
+    -- Slots come first come, first served, so no bucket lies after this one: the expiry only grows.
+    expire(keys_of[i], ((counts[i][#counts[i]][1] + buckets + 1) * g[i] - now) / 1000 + 1000)
   end
 end
 

@@ -22,15 +22,16 @@
 -- Release (and a move) restores the bucket exactly when the job is the newest admission; otherwise its
 -- tokens stay taken until they refill (never more than the limit).
 
-local state = undoable(KEYS[4])
-local caps, rates = {}, {}
+local caps, rates, names = {}, {}, {'ts'}
 for i = 1, P do
   caps[i] = limits[i] * windows[i] / (windows[i] + margin)
   rates[i] = limits[i] / (windows[i] + margin)
+  names[i + 1] = int(windows[i])
 end
+local state = undoable(KEYS[4], names)
 
 local function ts() return state.v.ts or 0 end
-local function field(i) return int(windows[i]) end
+local function field(i) return names[i + 1] end
 local function stored(i) return state.v[field(i)] or caps[i] end
 
 -- tokens of policy i at `at`: refilled up to the capacity after ts; before ts (reservations ahead), what

@@ -236,9 +236,9 @@ local function run()
   if pause_until > now and slot == pause_until then paused = 1 end
   local wait = slot - now
   if wait > max_wait or hold > 0 then
-    if moved == 1 then -- denied: the entry and its units go back where they were
-      record(old, gone)
+    if moved == 1 then -- denied: the units and the entry go back where they were
       algo.take_back(token)
+      record(old, gone)
     end
     local room, index = algo.room(now)
     return reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0)

@@ -34,7 +34,7 @@ fmt:
 build:
 	$(GO) build -o bin/worker ./cmd/worker
 
-# Side-by-side benchmarks with the peers; rewrites BENCHMARKS.md and bench/plots (about 9 minutes on 2 cores).
+# Side-by-side benchmarks with the peers, every algorithm included; rewrites BENCHMARKS.md and bench/plots (about 13 minutes on 2 cores).
 bench: services
 	cd bench && $(GO) run . -out ../BENCHMARKS.md -plots plots
 

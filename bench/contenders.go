@@ -41,8 +41,13 @@ func (f acquireFunc) acquire(ctx context.Context, id string) (int, error) { retu
 const naiveBackoff = 50 * time.Millisecond
 
 var contenders = []contender{
-	{"paygate reserve", newPaygate(true)},
-	{"paygate allow+retry", newPaygate(false)},
+	{"paygate reserve", newPaygate(gate.SlidingLog, true)},
+	{"paygate allow+retry", newPaygate(gate.SlidingLog, false)},
+	{"paygate sliding_window", newPaygate(gate.SlidingWindow, true)},
+	{"paygate token_bucket", newPaygate(gate.TokenBucket, true)},
+	{"paygate gcra", newPaygate(gate.GCRA, true)},
+	{"paygate fixed_window", newPaygate(gate.FixedWindow, true)},
+	{"paygate leaky_bucket", newPaygate(gate.LeakyBucket, true)},
 	{"redis_rate (GCRA)", newRedisRate},
 	{"naive sliding log", newNaive},
 	{"fixed window", newFixedWindow},
@@ -57,17 +62,19 @@ func policies(limits []sim.Window) []gate.Policy {
 	return ps
 }
 
-// paygate: the gate as the worker uses it, with the default margin. Reservation mode sleeps until the
-// slot it is given; allow mode asks for now-or-never and sleeps the RetryAfter it is told.
+// paygate: the gate as the worker uses it, with the default margin, under one of its algorithms.
+// Reservation mode sleeps until the slot it is given (and, denied, for the RetryAfter it is told: a leaky
+// bucket's full queue denies whatever the max wait); allow mode asks for now-or-never and sleeps the
+// RetryAfter it is told.
 type paygateRun struct {
 	l       *gate.Limiter
 	reserve bool
 }
 
-func newPaygate(reserve bool) func(redis.UniversalClient, string, []sim.Window, int) (run, error) {
+func newPaygate(algo gate.Algorithm, reserve bool) func(redis.UniversalClient, string, []sim.Window, int) (run, error) {
 	return func(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
 		l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 10 * time.Millisecond, StaleAfter: 5 * time.Millisecond,
-			Providers: map[string][]gate.Policy{"p": policies(limits)}})
+			Providers: map[string]gate.Provider{"p": {Algorithm: algo, Policies: policies(limits)}}})
 		return &paygateRun{l: l, reserve: reserve}, err
 	}
 }

@@ -3,6 +3,7 @@
 //
 //	make bench                       (cd bench && go run . -out ../BENCHMARKS.md)
 //	go run . -quick                  a short smoke run of every scenario
+//	go run . -only memory,cost       some scenarios only (cost, accuracy, e2e, footprint, scale, memory)
 //
 // It asserts nothing about time: it reports what it measured, on the machine it ran on.
 package main
@@ -22,6 +23,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -32,14 +34,26 @@ func main() {
 	amqpURL := flag.String("amqp", envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	accuracyFor := flag.Duration("accuracy", 10*time.Second, "length of each contender's accuracy run (6 cases x 6 contenders)")
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
+	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, accuracy, e2e, footprint, scale, memory")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	scenarios = map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			scenarios[s] = true
+		}
+	}
 	if err := bench(ctx, *out, *plots, *redisAddr, *amqpURL, *accuracyFor, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
+
+// scenarios are the ones -only names; empty: all.
+var scenarios map[string]bool
+
+func want(scenario string) bool { return len(scenarios) == 0 || scenarios[scenario] }
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -75,95 +89,121 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	fmt.Fprintln(&b, "\n**Contenders**, each on the same Redis and against the same strict referee (`providers/sim`):")
 	fmt.Fprintln(&b, "- *paygate reserve*: `gate.Reserve` with a 5 s max wait; sleep until the slot (10ms margin, the default).")
 	fmt.Fprintln(&b, "- *paygate allow+retry*: `gate.Allow`; on denial sleep its RetryAfter and ask again.")
+	fmt.Fprintln(&b, "- *paygate sliding_window*, *token_bucket*, *gcra*, *fixed_window*, *leaky_bucket*: the gate with that `algorithm` (README, \"Choosing an algorithm\"), used like *paygate reserve* (5 s max wait, sleep until the slot; denied, sleep RetryAfter). *paygate reserve* is the default, `sliding_log`. The referee counts sliding windows exactly, as many providers do: token buckets, GCRA and fixed windows let up to 2× the limit through some window of length W by design (a burst of L, then the refill or the next window), and their violations below show it; they are the right choice for providers that count that way.")
 	fmt.Fprintln(&b, "- *redis_rate (GCRA)*: `github.com/go-redis/redis_rate/v10` with `Limit{Rate: L, Burst: L, Period: W}` (what `PerSecond(L)` gives), sleeping RetryAfter on denial; several limits are asked in turn. With a burst of L, GCRA lets up to 2L−1 through in some window of length W by design: its violations below are that setting against a sliding-window provider (a burst of 1 would avoid them, at the cost of spacing every request 1/rate apart).")
 	fmt.Fprintf(&b, "- *naive sliding log*: the common blog script (client ns clock, timestamp as member, ZREMRANGEBYSCORE/ZCARD/ZADD), a fixed %s backoff on denial.\n", naiveBackoff)
 	fmt.Fprintln(&b, "- *fixed window*: INCR + PEXPIRE per window, waiting for the next window on denial.")
 	fmt.Fprintln(&b, "- *x/time/rate per worker*: `golang.org/x/time/rate` in each worker with the limit split evenly across workers; no Redis.")
 
-	fmt.Fprintln(os.Stderr, "bench: decision cost")
-	cost, err := runCost(ctx, rdb, parallelFor)
-	if err != nil {
-		return fmt.Errorf("decision cost: %w", err)
-	}
-	fmt.Fprintf(&b, "\n## 1. Decision cost\n\nOne decision beside a plain GET on the same go-redis client over loopback: %d serial calls, each contender's interleaved call by call with GETs (the ratio compares medians taken side by side, so the machine's drift weighs on both), then %s of 16 goroutines; Redis-side time per call from `INFO commandstats`. The log holds the run's admissions (limit %s).\n\n", costSerial, parallelFor, costLimits[0])
-	costTable(&b, cost)
-	for _, r := range cost {
-		if r.name == "paygate reserve" {
-			verdict := "meets"
-			if r.ratio > 1.3 {
-				verdict = "does **not** meet"
-			}
-			fmt.Fprintf(&b, "\nOurs: %.2f× a GET serially, which %s the ≤ 1.3× goal. ", r.ratio, verdict)
-		}
-	}
-	fmt.Fprintln(&b, "The gate's script makes 8 + 1 per policy `redis.call`s (TIME, trim, duplicate check, queue tail, pause, counts, record, expire), each about 1.6 µs inside this Redis; each carries a guarantee the naive script lacks (server clock, idempotent admission, reservations, several windows atomically). What it saves is calls per dispatched job: see scenario 2.")
-
-	fmt.Fprint(&b, "\n## 2. Accuracy under overload\n\n")
-	fmt.Fprintf(&b, "K workers with more jobs than the limits allow, against one referee, for %s per contender and case; the contenders run one after another, each alone on the machine with its own referee and keys (run together, they starve each other of CPU on two cores and every one of them sends late). The issue asked for 60 s runs; 6 cases × 6 contenders × 60 s do not fit the 10 minutes `make bench` has, so it runs 10 s each and `go run . -accuracy 60s` runs the long version (about 40 minutes). The two-window case uses 100/1s and 500/10s, so that its long window binds within the run. *Violations* are requests the referee refused for exceeding a limit; *utilisation* is accepted requests over the most any sender could get through, measured from the first acceptance over whole multiples of the longest window (`sim.Measure`); *limiter calls per job* counts Redis decisions per dispatched job (a job still waiting when the run ends is not counted); *wait* runs from a job's arrival to its request. Bursty arrivals: 2 × limit jobs land 25 ms before every other boundary of the shortest window.\n", accuracyFor)
-	cases := []accuracyCase{
-		{steadyLimits, 8, false}, {steadyLimits, 32, false},
-		{steadyLimits, 8, true}, {steadyLimits, 32, true},
-		{multiLimits, 8, false}, {multiLimits, 32, false},
-	}
-	type ours struct {
-		c   accuracyCase
-		res accuracyResult
-	}
-	var mine []ours
-	for i, c := range cases {
-		fmt.Fprintf(os.Stderr, "bench: accuracy %s\n", c)
-		rs, err := runAccuracy(ctx, rdb, c, accuracyFor)
+	if want("cost") {
+		fmt.Fprintln(os.Stderr, "bench: decision cost")
+		cost, err := runCost(ctx, rdb, parallelFor)
 		if err != nil {
-			return fmt.Errorf("accuracy %s: %w", c, err)
+			return fmt.Errorf("decision cost: %w", err)
 		}
-		name := fmt.Sprintf("accuracy-%d.svg", i+1)
-		sustained := 0.0
-		if len(c.limits) > 1 {
-			sustained = float64(c.limits[1].Limit) / c.limits[1].Per.Seconds()
+		fmt.Fprintf(&b, "\n## 1. Decision cost\n\nOne decision beside a plain GET on the same go-redis client over loopback: %d serial calls, each contender's interleaved call by call with GETs (the ratio compares medians taken side by side, so the machine's drift weighs on both), then %s of 16 goroutines; Redis-side time per call from `INFO commandstats`. The log holds the run's admissions (limit %s).\n\n", costSerial, parallelFor, costLimits[0])
+		costTable(&b, cost)
+		for _, r := range cost {
+			if r.name == "paygate reserve" {
+				verdict := "meets"
+				if r.ratio > 1.3 {
+					verdict = "does **not** meet"
+				}
+				fmt.Fprintf(&b, "\nOurs: %.2f× a GET serially, which %s the ≤ 1.3× goal. ", r.ratio, verdict)
+			}
 		}
-		if err := plot(filepath.Join(plotDir, name), c.String(), rs, float64(c.limits[0].Limit)/c.limits[0].Per.Seconds(), sustained); err != nil {
-			return err
-		}
-		fmt.Fprintf(&b, "\n### %s\n\n", c)
-		accuracyTable(&b, rs)
-		fmt.Fprintf(&b, "\n![%s](bench/%s/%s)\n", c, filepath.Base(plotDir), name)
-		mine = append(mine, ours{c, rs[0]})
-	}
-	fmt.Fprint(&b, "\n**Ours against the goals** (0 violations, utilisation ≥ 99%, ≤ 1.05 limiter calls per job, at 8 and 32 workers):\n\n")
-	for _, m := range mine {
-		ok := m.res.violations == 0 && m.res.utilisation >= 0.99 && m.res.callsPerJob <= 1.05
-		mark := "met"
-		if !ok {
-			mark = "**not met**"
-		}
-		fmt.Fprintf(&b, "- %s: %d violations, %.1f%%, %.2f calls per job: %s.\n", m.c, m.res.violations, 100*m.res.utilisation, m.res.callsPerJob, mark)
+		fmt.Fprintln(&b, "The sliding log's script makes 8 + 1 per policy `redis.call`s (TIME, trim, duplicate check, queue tail, pause, counts, record, expire), each about 1.6 µs inside this Redis; each carries a guarantee the naive script lacks (server clock, idempotent admission, reservations, several windows atomically). What it saves is calls per dispatched job: see scenario 2.")
+
 	}
 
-	fmt.Fprintln(os.Stderr, "bench: end-to-end throughput")
-	e2e, err := runE2E(ctx, redisAddr, amqpURL, e2eJobs)
-	if err != nil {
-		return fmt.Errorf("end-to-end: %w", err)
-	}
-	fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\n%d jobs are queued up front by 16 publishers; then the worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client; concurrency 16) takes them to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all. Jobs per second from the first acceptance to the last, the median of three runs. Everything (broker, Redis, this process) shares the machine's two cores, so a Redis call per job competes with the work it gates; kfake is an in-process fake whose throughput says little about a real Kafka, and with three group members its rebalancing dominated every run (140–250 jobs/s, gate or not), so Kafka is measured with one worker.\n\n", e2eJobs)
-	e2eTable(&b, e2e)
-	fmt.Fprintln(&b, "\nGoal: the gate costs ≤ 15% of throughput.")
+	if want("accuracy") {
+		fmt.Fprint(&b, "\n## 2. Accuracy under overload\n\n")
+		fmt.Fprintf(&b, "K workers with more jobs than the limits allow, against one referee, for %s per contender and case; the contenders run one after another, each alone on the machine with its own referee and keys (run together, they starve each other of CPU on two cores and every one of them sends late). The issue asked for 60 s runs; 6 cases × %d contenders × 60 s do not fit a run of `make bench`, so it runs 10 s each and `go run . -accuracy 60s` runs the long version (about %d minutes). The two-window case uses 100/1s and 500/10s, so that its long window binds within the run. *Violations* are requests the referee refused for exceeding a limit; *utilisation* is accepted requests over the most any sender could get through, measured from the first acceptance over whole multiples of the longest window (`sim.Measure`); *limiter calls per job* counts Redis decisions per dispatched job (a job still waiting when the run ends is not counted); *wait* runs from a job's arrival to its request. Bursty arrivals: 2 × limit jobs land 25 ms before every other boundary of the shortest window.\n", accuracyFor, len(contenders), (6*len(contenders)+5)/6)
+		cases := []accuracyCase{
+			{steadyLimits, 8, false}, {steadyLimits, 32, false},
+			{steadyLimits, 8, true}, {steadyLimits, 32, true},
+			{multiLimits, 8, false}, {multiLimits, 32, false},
+		}
+		type ours struct {
+			c   accuracyCase
+			res accuracyResult
+		}
+		var mine []ours
+		for i, c := range cases {
+			fmt.Fprintf(os.Stderr, "bench: accuracy %s\n", c)
+			rs, err := runAccuracy(ctx, rdb, c, accuracyFor)
+			if err != nil {
+				return fmt.Errorf("accuracy %s: %w", c, err)
+			}
+			name := fmt.Sprintf("accuracy-%d.svg", i+1)
+			sustained := 0.0
+			if len(c.limits) > 1 {
+				sustained = float64(c.limits[1].Limit) / c.limits[1].Per.Seconds()
+			}
+			if err := plot(filepath.Join(plotDir, name), c.String(), rs, float64(c.limits[0].Limit)/c.limits[0].Per.Seconds(), sustained); err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "\n### %s\n\n", c)
+			accuracyTable(&b, rs)
+			fmt.Fprintf(&b, "\n![%s](bench/%s/%s)\n", c, filepath.Base(plotDir), name)
+			mine = append(mine, ours{c, rs[0]})
+		}
+		fmt.Fprint(&b, "\n**Ours against the goals** (0 violations, utilisation ≥ 99%, ≤ 1.05 limiter calls per job, at 8 and 32 workers):\n\n")
+		for _, m := range mine {
+			ok := m.res.violations == 0 && m.res.utilisation >= 0.99 && m.res.callsPerJob <= 1.05
+			mark := "met"
+			if !ok {
+				mark = "**not met**"
+			}
+			fmt.Fprintf(&b, "- %s: %d violations, %.1f%%, %.2f calls per job: %s.\n", m.c, m.res.violations, 100*m.res.utilisation, m.res.callsPerJob, mark)
+		}
 
-	fmt.Fprintln(os.Stderr, "bench: footprint")
-	fp, err := runFootprint(ctx, rdb, redisAddr, amqpURL, footprintFor)
-	if err != nil {
-		return fmt.Errorf("footprint: %w", err)
 	}
-	fmt.Fprintf(&b, "\n**Footprint at full budget.** One real `worker run` process on RabbitMQ, provider at 100/1s and 3000/1m (simulated, 20±10 ms), a backlog above the budget, for %s: peak RSS %.1f MiB; the provider's log held %d entries in %s (%.0f bytes per entry); the referee accepted %d with %d violations.\n",
-		fp.runFor, float64(fp.rssKB)/1024, fp.logEntries, bytesH(fp.logBytes), fp.bytesPerJob, fp.accepted, fp.violations)
 
-	fmt.Fprintln(os.Stderr, "bench: scale of the budget")
-	sc, err := runScale(ctx, rdb)
-	if err != nil {
-		return fmt.Errorf("scale: %w", err)
+	if want("e2e") {
+		fmt.Fprintln(os.Stderr, "bench: end-to-end throughput")
+		e2e, err := runE2E(ctx, redisAddr, amqpURL, e2eJobs)
+		if err != nil {
+			return fmt.Errorf("end-to-end: %w", err)
+		}
+		fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\n%d jobs are queued up front by 16 publishers; then the worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client; concurrency 16) takes them to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all. Jobs per second from the first acceptance to the last, the median of three runs. Everything (broker, Redis, this process) shares the machine's two cores, so a Redis call per job competes with the work it gates; kfake is an in-process fake whose throughput says little about a real Kafka, and with three group members its rebalancing dominated every run (140–250 jobs/s, gate or not), so Kafka is measured with one worker.\n\n", e2eJobs)
+		e2eTable(&b, e2e)
+		fmt.Fprintln(&b, "\nGoal: the gate costs ≤ 15% of throughput.")
+
 	}
-	fmt.Fprint(&b, "\n## 4. Scale of the budget\n\nOne provider's log filled to its limit with 36-byte job ids; then an admission (on the log one short of full) and a denial (full), serially, and `MEMORY USAGE` of the log. 10 000/1s is left out: one client here cannot fill it within its own window.\n\n")
-	scaleTable(&b, sc)
-	fmt.Fprintln(&b, "\nThe sliding log's memory grows with the limit, not the window: a 100 000/day budget keeps 100 000 entries (about 10 MiB at these sizes) where a counter-based algorithm keeps a few fields. Its decision cost grows only with log(entries). Past about 10 000 units per window, or where memory per provider matters more than exactness, another algorithm of the family (sliding window counters, GCRA, token bucket; a later issue) should take over.")
+
+	if want("footprint") {
+		fmt.Fprintln(os.Stderr, "bench: footprint")
+		fp, err := runFootprint(ctx, rdb, redisAddr, amqpURL, footprintFor)
+		if err != nil {
+			return fmt.Errorf("footprint: %w", err)
+		}
+		fmt.Fprintf(&b, "\n**Footprint at full budget.** One real `worker run` process on RabbitMQ, provider at 100/1s and 3000/1m (simulated, 20±10 ms), a backlog above the budget, for %s: peak RSS %.1f MiB; the provider's log held %d entries in %s (%.0f bytes per entry); the referee accepted %d with %d violations.\n",
+			fp.runFor, float64(fp.rssKB)/1024, fp.logEntries, bytesH(fp.logBytes), fp.bytesPerJob, fp.accepted, fp.violations)
+
+	}
+
+	if want("scale") {
+		fmt.Fprintln(os.Stderr, "bench: scale of the budget")
+		sc, err := runScale(ctx, rdb)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		fmt.Fprint(&b, "\n## 4. Scale of the budget (sliding log)\n\nOne provider's log filled to its limit with 36-byte job ids; then an admission (on the log one short of full) and a denial (full), serially, and `MEMORY USAGE` of the log. 10 000/1s is left out: one client here cannot fill it within its own window.\n\n")
+		scaleTable(&b, sc)
+		fmt.Fprintln(&b, "\nThe sliding log's memory grows with the limit, not the window: a 100 000/day budget keeps 100 000 entries (about 10 MiB at these sizes) where a counter-based algorithm keeps a few fields. Its decision cost grows only with log(entries). Past about 10 000 units per window, or where memory per provider matters more than exactness, another algorithm of the family takes over: see scenario 5.")
+	}
+
+	if want("memory") {
+		fmt.Fprintln(os.Stderr, "bench: memory per provider by algorithm")
+		mem, err := runMemory(ctx, rdb, quick)
+		if err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+		fmt.Fprintf(&b, "\n## 5. Memory per provider, by algorithm\n\nOne provider under each algorithm, its whole budget spent at once by 16 callers with 36-byte job ids (reservations up to two windows ahead, so the leaky bucket queues it), then `MEMORY USAGE` of every key: the algorithm's *state* (the sliding log's log; the others' hashes) and the *id record* the other algorithms keep for duplicates, moves and release, each id until its slot plus `gate.DefaultDedupWindow` (%s, at most the window). Right after a burst of the whole limit the record holds every id of it; at a steady rate of the limit per window it holds those of the last minute (*steady*: bytes per id measured here × limit × min(1 minute, W) / W). Then an admission on the state one short of the limit (released again, 50 times) and a denial on the state at the limit (`Allow`, 200 times), serially.\n\n", gate.DefaultDedupWindow)
+		memoryTable(&b, mem)
+	}
+
 	fmt.Fprintf(&b, "\n---\nThis run took %s.\n", time.Since(began).Round(time.Second))
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err

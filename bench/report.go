@@ -100,7 +100,7 @@ func plot(path, title string, rs []accuracyResult, perSecondLimit float64, susta
 	ymax := math.Ceil(peak*1.1/10) * 10
 	x := func(s float64) float64 { return left + s*(w-left-right)/float64(secs-1) }
 	y := func(v float64) float64 { return top + (h-top-bottom)*(1-v/ymax) }
-	colors := []string{"#1b9e77", "#66a61e", "#d95f02", "#7570b3", "#e7298a", "#a6761d"}
+	colors := []string{"#1b9e77", "#66a61e", "#1f78b4", "#6a3d9a", "#b15928", "#e31a1c", "#a6cee3", "#d95f02", "#7570b3", "#e7298a", "#a6761d"}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="20" font-size="14">%s</text>`+"\n", left, title)

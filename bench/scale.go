@@ -48,7 +48,7 @@ func runScale(ctx context.Context, rdb redis.UniversalClient) ([]scaleResult, er
 func scaleOne(ctx context.Context, rdb redis.UniversalClient, limit int64, w time.Duration) (scaleResult, error) {
 	r := scaleResult{limit: limit, window: w}
 	prefix := fmt.Sprintf("bench-scale-%d", time.Now().UnixNano())
-	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: map[string][]gate.Policy{"p": {{Limit: limit, Window: w}}}})
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: map[string]gate.Provider{"p": {Policies: []gate.Policy{{Limit: limit, Window: w}}}}})
 	if err != nil {
 		return r, err
 	}

@@ -124,8 +124,10 @@ type Provider struct {
 	URL     string        `mapstructure:"url"`
 	Timeout time.Duration `mapstructure:"timeout"`
 	Limits  []Limit       `mapstructure:"limits"`
-	// Algorithm is the gate's algorithm for this provider: sliding_log (the default, and for now the only).
+	// Algorithm is the gate's algorithm for this provider (one of Algorithms; default sliding_log).
 	Algorithm string `mapstructure:"algorithm"`
+	// Buckets is sliding_window's number of sub-windows per limit window (default 10); only for it.
+	Buckets int `mapstructure:"buckets"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
@@ -147,6 +149,8 @@ type Provider struct {
 const (
 	DefaultMethod            = "POST"
 	DefaultAlgorithm         = "sliding_log"
+	DefaultBuckets           = 10 // sliding_window's sub-windows per limit window
+	MaxBuckets               = 100
 	DefaultIdempotencyHeader = "Idempotency-Key"
 	DefaultRetryAfter        = time.Second
 	DefaultRetryAfterMax     = time.Hour
@@ -160,6 +164,9 @@ func (pr Provider) WithDefaults() Provider {
 	}
 	if pr.Algorithm == "" {
 		pr.Algorithm = DefaultAlgorithm
+	}
+	if pr.Algorithm == "sliding_window" && pr.Buckets == 0 {
+		pr.Buckets = DefaultBuckets
 	}
 	pr.Method = strings.ToUpper(pr.Method)
 	if pr.IdempotencyHeader == "" {
@@ -278,8 +285,9 @@ func Load(path string) (*Config, error) {
 	return &c, nil
 }
 
-// Algorithms are the gate algorithms a provider may name in algorithm.
-var Algorithms = []string{"sliding_log"}
+// Algorithms are the gate algorithms a provider may name in algorithm (gate.Algorithms, which a test keeps
+// in step).
+var Algorithms = []string{"sliding_log", "sliding_window", "token_bucket", "gcra", "fixed_window", "leaky_bucket"}
 
 // secretKeys are keys people write when they put a secret in the file; the error says where it goes.
 var secretKeys = map[string]string{"password": "password_env", "url": "url_env", "token": "auth_env",
@@ -687,6 +695,12 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	}
 	p.check(pr.Timeout > 0, path+".timeout", "must be > 0, got %s", pr.Timeout)
 	p.check(slices.Contains(Algorithms, pr.Algorithm), path+".algorithm", "unknown algorithm %q (supported: %s)", pr.Algorithm, strings.Join(Algorithms, ", "))
+	switch {
+	case pr.Buckets != 0 && pr.Algorithm != "sliding_window":
+		p.add(path+".buckets", "only for algorithm sliding_window (this provider uses %s), got %d", pr.Algorithm, pr.Buckets)
+	case pr.Buckets != 0 && (pr.Buckets < 1 || pr.Buckets > MaxBuckets):
+		p.add(path+".buckets", "must be 1..%d, got %d", MaxBuckets, pr.Buckets)
+	}
 	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
 	seen := map[time.Duration]int{}
 	for i, l := range pr.Limits {

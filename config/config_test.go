@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/gate"
 )
 
 func TestLoadValid(t *testing.T) {
@@ -288,5 +289,35 @@ func TestMistakeFixtures(t *testing.T) {
 				t.Fatalf("error\n%s\nwant\n%s", got, want)
 			}
 		})
+	}
+}
+
+// Every gate algorithm is accepted by name; sliding_window gets its default bucket count, and buckets can
+// come from the environment like any provider key.
+func TestAlgorithms(t *testing.T) {
+	var names []string
+	for _, a := range gate.Algorithms {
+		names = append(names, string(a))
+	}
+	if !reflect.DeepEqual(config.Algorithms, names) {
+		t.Fatalf("config.Algorithms %v, gate.Algorithms %v: keep them in step", config.Algorithms, names)
+	}
+	for _, a := range config.Algorithms {
+		c, err := config.Load(writeFile(t, "providers: {acme: {url: 'http://x:1', timeout: 1s, algorithm: "+a+", limits: [{requests: 5, per: 3s}]}}"))
+		if err != nil {
+			t.Fatalf("%s: %v", a, err)
+		}
+		want := 0
+		if a == "sliding_window" {
+			want = config.DefaultBuckets
+		}
+		if p := c.Providers["acme"]; p.Algorithm != a || p.Buckets != want {
+			t.Fatalf("%s: loaded %q with %d buckets, want %d", a, p.Algorithm, p.Buckets, want)
+		}
+	}
+	t.Setenv("PAYGATE_PROVIDERS_ACME_BUCKETS", "20")
+	c, err := config.Load(writeFile(t, "providers: {acme: {url: 'http://x:1', timeout: 1s, algorithm: sliding_window, limits: [{requests: 5, per: 3s}]}}"))
+	if err != nil || c.Providers["acme"].Buckets != 20 {
+		t.Fatalf("buckets from the environment: %v %+v", err, c)
 	}
 }

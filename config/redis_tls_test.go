@@ -34,7 +34,7 @@ func TestGateThroughRediss(t *testing.T) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "tls-" + hex.EncodeToString(b[:])
-	policies := map[string][]gate.Policy{"acme": {{Limit: 2, Window: time.Minute}}}
+	policies := map[string]gate.Provider{"acme": {Policies: []gate.Policy{{Limit: 2, Window: time.Minute}}}}
 	limiter := func(t *testing.T, yaml string) *gate.Limiter {
 		c, err := config.Load(writeFile(t, yaml+"\n"+oneProvider))
 		if err != nil {

@@ -50,6 +50,7 @@ type harness struct {
 
 type provider struct {
 	name    string
+	algo    gate.Algorithm // "": sliding_log
 	limits  []gate.Policy
 	handler http.HandlerFunc
 }
@@ -57,13 +58,13 @@ type provider struct {
 func newHarness(t *testing.T, rdb redis.UniversalClient, cfg consumers.Config, ps ...provider) *harness {
 	t.Helper()
 	h := &harness{t: t, calls: map[string]*atomic.Int64{}}
-	policies := map[string][]gate.Policy{}
+	policies := map[string]gate.Provider{}
 	dispatch := map[string]consumers.Dispatcher{}
 	cfg.Providers = map[string]int64{}
 	var names []string
 	for _, p := range ps {
 		names = append(names, p.name)
-		policies[p.name] = p.limits
+		policies[p.name] = gate.Provider{Algorithm: p.algo, Policies: p.limits}
 		cfg.Providers[p.name] = p.limits[0].Limit
 		calls := &atomic.Int64{}
 		h.calls[p.name] = calls
@@ -581,5 +582,58 @@ func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
 	}
 	if err := rdb.ZScore(context.Background(), keys[0], "b").Err(); err != redis.Nil {
 		t.Fatalf("B's unit is still in the log (%v), want it released", err)
+	}
+}
+
+// The core does not know which algorithm counts a provider: under every one, an accepted job is acked, its
+// redelivery is a duplicate that takes no second unit, and a 429 pauses every worker and gives its unit back.
+func TestEveryAlgorithm(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	for _, algo := range gate.Algorithms {
+		t.Run(string(algo), func(t *testing.T) {
+			t.Parallel()
+			throttle := func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				if strings.Contains(string(b), "pay-2") {
+					status(429, "3")(w, r)
+					return
+				}
+				status(200, "")(w, r)
+			}
+			limit := gate.Policy{Limit: 5, Window: time.Hour}
+			if algo == gate.LeakyBucket {
+				limit.Window = 5 * time.Second // it spaces jobs a second apart: within the inline wait
+			}
+			h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 3 * time.Second},
+				provider{name: "acme", algo: algo, limits: []gate.Policy{limit}, handler: throttle})
+			publish := func(id string) func() error {
+				return func() error { return h.broker.Publish(context.Background(), "acme", body(id, "acme")) }
+			}
+			if got := h.handleOne("acme", publish("pay-1")); got.Kind != "ack" {
+				t.Fatalf("pay-1: %+v", got)
+			}
+			if got := h.handleOne("acme", publish("pay-1")); got.Kind != "ack" {
+				t.Fatalf("pay-1 again: %+v", got)
+			}
+			if got := h.handleOne("acme", publish("pay-2")); got.Kind != "defer" || got.After != 3*time.Second {
+				t.Fatalf("pay-2 (429): %+v", got)
+			}
+			v, err := h.gate.Allow(context.Background(), "acme", "someone-else", 1)
+			if err != nil || v.Allowed || !v.Paused {
+				t.Fatalf("another worker after the 429: %+v %v, want paused", v, err)
+			}
+			st, err := h.gate.Status(context.Background(), "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// pay-1 once (the leaky bucket has leaked it by now), pay-2's unit given back
+			if p := st.Policies[0]; p.Used+p.Reserved > 1 || st.Units != 1 {
+				t.Fatalf("status %+v: want at most one unit spent and pay-1 alone in the id record", st)
+			}
+			if n := h.calls["acme"].Load(); n != 3 {
+				t.Fatalf("provider called %d times, want 3 (pay-1 twice with one key, pay-2 once)", n)
+			}
+		})
 	}
 }

@@ -260,17 +260,19 @@ type worker struct {
 
 func (e *env) newWorker(ctx context.Context, o Options, n int, st *gateStats) (*worker, error) {
 	wk := &worker{rdb: e.redisOf()}
-	policies := map[string][]gate.Policy{}
+	policies := map[string]gate.Provider{}
 	maxCost := map[string]int64{}
 	dispatch := map[string]consumers.Dispatcher{}
 	log := o.Log.With(zap.Int("worker", n))
 	for _, p := range Providers {
 		cfg := config.Provider{URL: e.refs[p.Name].srv.URL() + "/payments", Timeout: 5 * time.Second}.WithDefaults()
 		for _, l := range p.Limits {
-			policies[p.Name] = append(policies[p.Name], gate.Policy{Limit: int64(l.Limit), Window: l.Per})
+			pr := policies[p.Name]
+			pr.Policies = append(pr.Policies, gate.Policy{Limit: int64(l.Limit), Window: l.Per})
+			policies[p.Name] = pr
 			cfg.Limits = append(cfg.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
 		}
-		maxCost[p.Name] = policies[p.Name][0].Limit
+		maxCost[p.Name] = policies[p.Name].Policies[0].Limit
 		cl, err := providers.New(p.Name, cfg, providers.Options{Concurrency: concurrency, Logger: log})
 		if err != nil {
 			wk.close()

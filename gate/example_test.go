@@ -18,8 +18,8 @@ func Example() {
 	limiter, err := gate.New(rdb, gate.Options{
 		Prefix: "example-" + time.Now().Format("150405.000000"),
 		Margin: 5 * time.Millisecond,
-		Providers: map[string][]gate.Policy{
-			"acme": {{Limit: 2, Window: time.Second}, {Limit: 100, Window: time.Minute}},
+		Providers: map[string]gate.Provider{
+			"acme": {Policies: []gate.Policy{{Limit: 2, Window: time.Second}, {Limit: 100, Window: time.Minute}}},
 		},
 	})
 	if err != nil {

@@ -1,10 +1,12 @@
 // Package gate is paygate's shared budget: every worker on every node asks it before calling a provider, and
 // it never lets the providers' limits be exceeded.
 //
-// The gate is an exact sliding log kept in Redis and decided by one Lua script (lua/sliding_log.lua) with the
-// Redis server's clock. A decision is either an admission now, a reservation of a slot in the near future
-// (the worker sleeps until the slot, then dispatches), or a denial with the time after which asking again
-// succeeds. Admission is idempotent per job id, and all of a provider's policies are checked atomically.
+// Each provider's budget is counted by the algorithm it is configured with (see Algorithm): by default an
+// exact sliding log (lua/sliding_log.lua); or sub-window counters, a token bucket, GCRA, fixed windows or a
+// leaky bucket, each one Lua script. Every decision uses the Redis server's clock and is either an
+// admission now, a reservation of a slot in the near future (the worker sleeps until the slot, then
+// dispatches), or a denial with the time after which asking again succeeds. Admission is idempotent per
+// job id, and all of a provider's policies are checked atomically.
 //
 // The gate never logs; a Redis failure is returned as an error, never as an allow.
 package gate
@@ -112,8 +114,13 @@ type Options struct {
 	WarmUpCap time.Duration
 	// Horizon is the longest reservation workers hold (their max wait); only the warm-up uses it.
 	Horizon time.Duration
-	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its policies, all enforced together.
-	Providers map[string][]Policy
+	// DedupWindow is how long after its slot an algorithm other than SlidingLog remembers an admitted job
+	// id (for duplicates, moves and Release), at most the longest window plus margin; 0 means
+	// DefaultDedupWindow. SlidingLog remembers ids for its longest window, in the log itself. The ids of
+	// jobs admitted in this time are the one part of those algorithms' memory that grows with traffic.
+	DedupWindow time.Duration
+	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its budget.
+	Providers map[string]Provider
 }
 
 // Limiter is the gate. It is safe for concurrent use; its state lives in Redis.
@@ -126,10 +133,14 @@ type Limiter struct {
 }
 
 type provider struct {
+	algo     Algorithm
+	script   *redis.Script // the family script (nil: sliding_log's own scripts)
 	policies []Policy
-	keys     []string // log, pause, sent, epoch
-	args     []any    // margin µs, then limit, window µs per policy
-	warmup   int64    // µs; 0: off
+	keys     []string // the id record (sliding_log: the log), pause, sent, then the algorithm's state, then epoch
+	// sliding_log: margin µs, then limit, window µs per policy; the others: margin µs, dedup µs, buckets,
+	// warm-up µs, then limit, window µs per policy
+	args     []any
+	warmup   int64 // µs; 0: off
 	minLimit int64
 }
 
@@ -151,41 +162,87 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.StaleAfter < 0 || opts.StaleAfter > MaxWindow {
 		return nil, fmt.Errorf("gate: stale-after must be 0..%s, got %s", MaxWindow, opts.StaleAfter)
 	}
+	if opts.DedupWindow < 0 || opts.DedupWindow > MaxWindow {
+		return nil, fmt.Errorf("gate: dedup window must be 0..%s, got %s", MaxWindow, opts.DedupWindow)
+	}
+	dedup := opts.DedupWindow
+	if dedup == 0 {
+		dedup = DefaultDedupWindow
+	}
 	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: opts.Margin, stale: micros(opts.StaleAfter), providers: make(map[string]provider, len(opts.Providers))}
-	for name, policies := range opts.Providers {
-		if !providerName.MatchString(name) {
-			return nil, fmt.Errorf("gate: provider name %q must match %s", name, providerName)
+	for name, spec := range opts.Providers {
+		p, err := newProvider(opts, name, spec, dedup)
+		if err != nil {
+			return nil, err
 		}
-		if len(policies) == 0 {
-			return nil, fmt.Errorf("gate: provider %s has no policies", name)
-		}
-		p := provider{
-			policies: append([]Policy(nil), policies...),
-			args:     []any{micros(opts.Margin)},
-			minLimit: policies[0].Limit,
-		}
-		for i, pol := range policies {
-			if pol.Limit < 1 || pol.Window < time.Millisecond || pol.Window > MaxWindow {
-				return nil, fmt.Errorf("gate: provider %s policy %d (%s): limit must be >= 1 and window 1ms..%s", name, i, pol, MaxWindow)
-			}
-			p.args = append(p.args, pol.Limit, micros(pol.Window))
-			p.minLimit = min(p.minLimit, pol.Limit)
-		}
-		if opts.WarmUp {
-			shortest := policies[0].Window
-			for _, pol := range policies {
-				shortest = min(shortest, pol.Window)
-			}
-			if opts.WarmUpCap > 0 {
-				shortest = min(shortest, opts.WarmUpCap)
-			}
-			p.warmup = micros(shortest + opts.Margin + min(opts.Horizon, MaxHorizon))
-		}
-		tag := opts.Prefix + ":{" + name + "}:"
-		p.keys = []string{tag + "log", tag + "pause", tag + "sent", tag + "epoch"}
 		l.providers[name] = p
 	}
 	return l, nil
+}
+
+func newProvider(opts Options, name string, spec Provider, dedup time.Duration) (provider, error) {
+	margin := opts.Margin
+	if !providerName.MatchString(name) {
+		return provider{}, fmt.Errorf("gate: provider name %q must match %s", name, providerName)
+	}
+	policies := spec.Policies
+	if len(policies) == 0 {
+		return provider{}, fmt.Errorf("gate: provider %s has no policies", name)
+	}
+	algo := spec.Algorithm
+	if algo == "" {
+		algo = SlidingLog
+	}
+	p := provider{algo: algo, script: familyScripts[algo], policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit}
+	if algo != SlidingLog && p.script == nil {
+		return provider{}, fmt.Errorf("gate: provider %s: unknown algorithm %q", name, algo)
+	}
+	buckets := spec.Buckets
+	switch {
+	case algo == SlidingWindow && buckets == 0:
+		buckets = DefaultBuckets
+	case algo == SlidingWindow && (buckets < 1 || buckets > MaxBuckets):
+		return provider{}, fmt.Errorf("gate: provider %s: buckets must be 1..%d, got %d", name, MaxBuckets, buckets)
+	case algo != SlidingWindow && buckets != 0:
+		return provider{}, fmt.Errorf("gate: provider %s: buckets is only for %s, not %s", name, SlidingWindow, algo)
+	}
+	var longest time.Duration
+	windows := map[time.Duration]bool{}
+	for i, pol := range policies {
+		if pol.Limit < 1 || pol.Window < time.Millisecond || pol.Window > MaxWindow {
+			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): limit must be >= 1 and window 1ms..%s", name, i, pol, MaxWindow)
+		}
+		if algo != SlidingLog && windows[pol.Window] {
+			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): a window may appear once (%s keeps its state per window)", name, i, pol, algo)
+		}
+		if algo == FixedWindow && pol.Window <= margin {
+			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): %s needs windows longer than the margin (%s)", name, i, pol, algo, margin)
+		}
+		windows[pol.Window] = true
+		p.minLimit = min(p.minLimit, pol.Limit)
+		longest = max(longest, pol.Window)
+	}
+	if opts.WarmUp {
+		shortest := policies[0].Window
+		for _, pol := range policies {
+			shortest = min(shortest, pol.Window)
+		}
+		if opts.WarmUpCap > 0 {
+			shortest = min(shortest, opts.WarmUpCap)
+		}
+		p.warmup = micros(shortest + margin + min(opts.Horizon, MaxHorizon))
+	}
+	if algo == SlidingLog {
+		p.args = []any{micros(margin)}
+	} else {
+		p.args = []any{micros(margin), micros(min(dedup, longest+margin)), buckets, p.warmup}
+	}
+	for _, pol := range policies {
+		p.args = append(p.args, pol.Limit, micros(pol.Window))
+	}
+	tag := opts.Prefix + ":{" + name + "}:"
+	p.keys = append(keysFor(tag, algo, policies, margin, buckets), tag+"epoch") // the epoch is always last
+	return p, nil
 }
 
 // Verdict is the gate's answer for one job. Being denied is a verdict, not an error.
@@ -220,6 +277,10 @@ type Verdict struct {
 	// admitted afresh at this verdict's slot, its old entry removed in the same step (see StaleAfter).
 	// A moved job's entry stands for whichever of its requests the provider counts: never release it.
 	Moved bool
+	// ResetAfter is how long until the provider's budget would be entirely unused again if nothing more
+	// were admitted: every window empty, every bucket full, every queue drained (after this job when
+	// it was admitted). Microsecond precision.
+	ResetAfter time.Duration
 }
 
 // Slot is the moment, on the Redis clock, at which the job may be dispatched.
@@ -239,6 +300,26 @@ func (l *Limiter) Allow(ctx context.Context, providerName, jobID string, cost in
 // end of a pause, or now, whichever is latest (denied if that is beyond maxWait). A maxWait beyond
 // MaxHorizon is cut to it.
 func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration) (Verdict, error) {
+	return l.decide(ctx, providerName, jobID, cost, maxWait, false)
+}
+
+// Force admits a job now even when the provider's token bucket is empty: it takes what tokens there are
+// (the bucket drains to zero, never into debt) and goes, for a call that must go now whatever the budget.
+// A forced call can therefore exceed the provider's limit by its cost. A pause still holds it (denied,
+// Paused, RetryAfter to the pause's end), and a duplicate is answered as by Allow. Only for TokenBucket
+// providers; for the others it is an error matching ErrInvalid.
+func (l *Limiter) Force(ctx context.Context, providerName, jobID string, cost int64) (Verdict, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if p.algo != TokenBucket {
+		return Verdict{}, invalidf("gate: force is only for %s providers; %s uses %s", TokenBucket, providerName, p.algo)
+	}
+	return l.decide(ctx, providerName, jobID, cost, 0, true)
+}
+
+func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
 	p, err := l.provider(providerName)
 	if err != nil {
 		return Verdict{}, err
@@ -253,30 +334,43 @@ func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost 
 	case maxWait < 0:
 		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
 	}
-	args := make([]any, 0, 5+len(p.args))
-	args = append(args, jobID, cost, microsFloor(min(maxWait, MaxHorizon)), l.stale, p.warmup) // never a slot past the caller's wait
-	args = append(args, p.args...)
-	reply, err := slidingLog.Run(ctx, l.rdb, p.keys, args...).Int64Slice()
+	wait := microsFloor(min(maxWait, MaxHorizon)) // never a slot past the caller's wait
+	var cmd *redis.Cmd
+	if p.script == nil {
+		args := make([]any, 0, 5+len(p.args))
+		args = append(args, jobID, cost, wait, l.stale, p.warmup)
+		cmd = slidingLog.Run(ctx, l.rdb, p.keys, append(args, p.args...)...)
+	} else {
+		forced := 0
+		if force {
+			forced = 1
+		}
+		args := make([]any, 0, 6+len(p.args))
+		args = append(args, "reserve", jobID, cost, wait, l.stale, forced)
+		cmd = p.script.Run(ctx, l.rdb, p.keys, append(args, p.args...)...)
+	}
+	reply, err := cmd.Int64Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
-	if len(reply) != 10 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) {
+	if len(reply) != 11 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) || reply[10] < 0 {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: malformed reply %v", providerName, jobID, reply)
 	}
 	v := Verdict{
-		Allowed:   reply[0] == 1,
-		Duplicate: reply[1] == 1,
-		Delay:     time.Duration(reply[2]) * time.Microsecond,
-		Remaining: reply[4],
-		Policy:    int(reply[5]),
-		Limit:     p.policies[reply[5]],
-		Now:       time.UnixMicro(reply[6]),
-		Paused:    reply[7] == 1,
+		Allowed:    reply[0] == 1,
+		Duplicate:  reply[1] == 1,
+		Delay:      time.Duration(reply[2]) * time.Microsecond,
+		Remaining:  reply[4],
+		Policy:     int(reply[5]),
+		Limit:      p.policies[reply[5]],
+		Now:        time.UnixMicro(reply[6]),
+		Paused:     reply[7] == 1,
+		Moved:      reply[9] == 1,
+		ResetAfter: time.Duration(reply[10]) * time.Microsecond,
 	}
 	if reply[8] > 0 {
 		v.AdmittedAt = time.UnixMicro(reply[8])
 	}
-	v.Moved = reply[9] == 1
 	if !v.Allowed {
 		// Round up to the millisecond: asking again after RetryAfter must not be early.
 		v.RetryAfter = (time.Duration(reply[3])*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
@@ -343,6 +437,11 @@ func (l *Limiter) WatchPauses(ctx context.Context, sub Subscriber, notify func(p
 // is what the provider sees. slot is the admission's slot (Verdict.Slot): if the id is in the log at
 // another slot, a redelivery was since admitted (moved) under it, and its entry is not released. A zero
 // slot releases the id wherever it is. Releasing a job that is not in the log does nothing.
+//
+// The other algorithms forget the id (a later Reserve of it is a new job) and give its units back where
+// they can: SlidingWindow and FixedWindow take them out of the counter they went into (while it is still
+// counted); TokenBucket, GCRA and LeakyBucket undo the admission exactly when it is the newest one, and
+// otherwise keep its units spent until they refill or leak (never handing out more than the limit).
 func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64, slot time.Time) error {
 	p, err := l.provider(providerName)
 	if err != nil {
@@ -355,7 +454,14 @@ func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost 
 	if !slot.IsZero() {
 		at = slot.UnixMicro()
 	}
-	if err := releaseScript.Run(ctx, l.rdb, p.keys[:1], jobID, cost, at).Err(); err != nil {
+	var cmd *redis.Cmd
+	if p.script == nil {
+		cmd = releaseScript.Run(ctx, l.rdb, p.keys[:1], jobID, cost, at)
+	} else {
+		args := append([]any{"release", jobID, cost, at, 0, 0}, p.args...)
+		cmd = p.script.Run(ctx, l.rdb, p.keys, args...)
+	}
+	if err := cmd.Err(); err != nil {
 		return fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
 	}
 	return nil
@@ -384,13 +490,20 @@ func (l *Limiter) Sent(ctx context.Context, providerName, jobID string) error {
 // PolicyStatus is one policy's use of its window at a moment.
 type PolicyStatus struct {
 	Policy Policy
-	// Used is the cost admitted in the window ending now.
+	// Used is the cost admitted in the window ending now. For TokenBucket and GCRA: the units the bucket
+	// is short of full, up to Limit; for LeakyBucket, the units in the queue; for FixedWindow, the cost
+	// counted in the current calendar window.
 	Used int64
-	// Reserved is the cost of reservations after now; they will count in the window.
+	// Reserved is the cost of reservations after now; they will count in the window. For TokenBucket and
+	// GCRA: the units taken beyond Limit (debt that reservations run up); 0 for LeakyBucket. For
+	// FixedWindow: the cost counted in later windows.
 	Reserved int64
-	// Remaining is Limit - Used - Reserved, never negative.
+	// Remaining is Limit - Used - Reserved, never negative: what an Allow could take now, were nothing
+	// queued before it. For FixedWindow, Limit - Used; for TokenBucket and GCRA, the whole tokens in the
+	// bucket.
 	Remaining int64
-	// ResetAfter is how long until everything counted in Used and Reserved has left the window.
+	// ResetAfter is how long until everything counted in Used and Reserved has left the window (the bucket
+	// is full, the queue empty).
 	ResetAfter time.Duration
 }
 
@@ -402,9 +515,16 @@ type Status struct {
 	// PausedUntil is the end of a pause in force, or the zero time.
 	PausedUntil time.Time
 	// Units is the number of units of cost in the log (admitted or reserved, not yet trimmed): one per job
-	// of cost 1.
+	// of cost 1. For the other algorithms: in the id record (jobs admitted in the last DedupWindow, and
+	// reservations).
 	Units    int64
 	Policies []PolicyStatus
+}
+
+// Algorithm returns the algorithm that counts a provider's budget.
+func (l *Limiter) Algorithm(providerName string) (Algorithm, error) {
+	p, err := l.provider(providerName)
+	return p.algo, err
 }
 
 // Status reads a provider's budget without changing it.
@@ -413,11 +533,18 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 	if err != nil {
 		return Status{}, err
 	}
-	reply, err := statusScript.Run(ctx, l.rdb, p.keys, p.args...).Int64Slice()
+	var cmd *redis.Cmd
+	if p.script == nil {
+		cmd = statusScript.Run(ctx, l.rdb, p.keys, p.args...)
+	} else {
+		args := append([]any{"status", "", 0, 0, 0, 0}, p.args...)
+		cmd = p.script.Run(ctx, l.rdb, p.keys, args...)
+	}
+	reply, err := cmd.Int64Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("gate: status %s: %w", providerName, err)
 	}
-	if len(reply) != 3+3*len(p.policies) {
+	if len(reply) != 3+4*len(p.policies) {
 		return Status{}, fmt.Errorf("gate: status %s: malformed reply %v", providerName, reply)
 	}
 	s := Status{Provider: providerName, Now: time.UnixMicro(reply[0]), Units: reply[2]}
@@ -425,19 +552,20 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 		s.PausedUntil = time.UnixMicro(reply[1])
 	}
 	for i, pol := range p.policies {
-		r := reply[3+3*i:]
+		r := reply[3+4*i:]
 		s.Policies = append(s.Policies, PolicyStatus{
 			Policy:     pol,
 			Used:       r[0],
 			Reserved:   r[1],
-			Remaining:  max(0, pol.Limit-r[0]-r[1]),
-			ResetAfter: time.Duration(r[2]) * time.Microsecond,
+			Remaining:  max(0, r[2]),
+			ResetAfter: time.Duration(r[3]) * time.Microsecond,
 		})
 	}
 	return s, nil
 }
 
-// Keys returns the Redis keys that hold a provider's state (log, pause); for tests and operators.
+// Keys returns the Redis keys that hold a provider's state: the id record (sliding_log: the log), pause,
+// sent, then the algorithm's own keys; for tests and operators.
 func (l *Limiter) Keys(providerName string) ([]string, error) {
 	p, err := l.provider(providerName)
 	if err != nil {

@@ -228,7 +228,7 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 		const margin = time.Millisecond
 		policies := []gate.Policy{pol(6, 50*time.Millisecond), pol(15, 200*time.Millisecond), pol(400, 3*time.Second)}
 		l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: margin, StaleAfter: 30 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: policies}})
+			Providers: map[string]gate.Provider{prov: {Policies: policies}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -421,9 +421,9 @@ func TestClusterHashTags(t *testing.T) {
 	ctx := context.Background()
 	cluster := backends(t)[1].rdb
 	names := []string{"acme", "globex", "initech", "umbrella", "hooli", "stark"}
-	ps := map[string][]gate.Policy{}
+	ps := map[string]gate.Provider{}
 	for _, n := range names {
-		ps[n] = []gate.Policy{pol(5, time.Second)}
+		ps[n] = gate.Provider{Policies: []gate.Policy{pol(5, time.Second)}}
 	}
 	l, err := gate.New(cluster, gate.Options{Prefix: uniquePrefix(t), Providers: ps})
 	if err != nil {
@@ -522,7 +522,7 @@ func TestInputValidation(t *testing.T) {
 		t.Fatalf("want ErrUnknownProvider, got %v", err)
 	}
 	for _, name := range []string{"a{b", "a:b", "a b", "*", "Acme", "", "a}"} {
-		_, err := gate.New(rdb, gate.Options{Prefix: "p", Providers: map[string][]gate.Policy{name: {pol(1, time.Second)}}})
+		_, err := gate.New(rdb, gate.Options{Prefix: "p", Providers: map[string]gate.Provider{name: {Policies: []gate.Policy{pol(1, time.Second)}}}})
 		if err == nil {
 			t.Errorf("provider name %q accepted; it would reach a Redis key", name)
 		}
@@ -701,7 +701,7 @@ func TestRelease(t *testing.T) {
 		// Found in review: a worker releasing the slot it held must not remove the entry a redelivery
 		// has since been moved to; releasing at the slot it holds does.
 		l2, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 20 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(5, time.Hour)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(5, time.Hour)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -795,7 +795,7 @@ func TestEmbeddedAgreesWithRedis(t *testing.T) {
 func TestStaleDuplicateIsMoved(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(2, 10*time.Second)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(2, 10*time.Second)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -815,7 +815,7 @@ func TestStaleDuplicateIsMoved(t *testing.T) {
 
 		// Denied afresh: the entry stays at its old slot.
 		l2, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(1, 10*time.Second)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, 10*time.Second)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -837,7 +837,7 @@ func TestStaleDuplicateIsMoved(t *testing.T) {
 
 		// Marked sent (accepted, not settled): a stale redelivery is a plain duplicate, not moved.
 		l3, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond,
-			Providers: map[string][]gate.Policy{prov: {pol(5, 10*time.Second)}}})
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(5, 10*time.Second)}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -868,9 +868,9 @@ func TestWatchPauses(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		prefix := uniquePrefix(t)
 		mk := func(names ...string) *gate.Limiter {
-			ps := map[string][]gate.Policy{}
+			ps := map[string]gate.Provider{}
 			for _, n := range names {
-				ps[n] = []gate.Policy{pol(10, time.Second)}
+				ps[n] = gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}}
 			}
 			l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: ps})
 			if err != nil {
@@ -933,56 +933,64 @@ func TestWatchPauses(t *testing.T) {
 // again warms up again. Off, nothing is held.
 func TestWarmUpAfterLoss(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		mk := func(warm bool) *gate.Limiter {
-			l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: 10 * time.Millisecond, WarmUp: warm,
-				Horizon: 500 * time.Millisecond, Providers: map[string][]gate.Policy{prov: {pol(10, 3*time.Second), pol(5, time.Second)}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return l
+		for _, algo := range gate.Algorithms {
+			t.Run(string(algo), func(t *testing.T) { warmUpAfterLoss(t, rdb, algo) })
 		}
-		const hold = time.Second + 10*time.Millisecond + 500*time.Millisecond // shortest window + margin + horizon
-		l := mk(true)
-		v := mustReserve(t, l, "a", 1, 0)
-		if v.Allowed || !v.Paused || v.RetryAfter < hold-5*time.Millisecond || v.RetryAfter > hold+time.Millisecond {
-			t.Fatalf("first decision: %+v, want paused for %v", v, hold)
-		}
-		r := mustReserve(t, l, "b", 1, 2*time.Second)
-		if !r.Allowed || !r.Paused || !r.Slot().Equal(v.Now.Add(hold)) {
-			t.Fatalf("reservation in the warm-up: %+v, want its slot at the end of it", r)
-		}
-		keys, _ := l.Keys(prov)
-		// The Redis restart: everything this provider had is gone.
-		if err := rdb.Del(ctx, keys[0]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := rdb.Del(ctx, keys[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if v := mustReserve(t, l, "c", 1, 0); !v.Allowed {
-			t.Fatalf("the epoch still stands, so no warm-up: %+v", v)
-		}
-		for _, k := range keys {
-			if err := rdb.Del(ctx, k).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if v := mustReserve(t, l, "d", 1, 0); v.Allowed || !v.Paused || v.RetryAfter < hold-5*time.Millisecond {
-			t.Fatalf("after the state was lost: %+v, want a warm-up", v)
-		}
-		if v := mustReserve(t, mk(false), "e", 1, 0); !v.Allowed || v.Paused {
-			t.Fatalf("warm-up off: %+v, want admitted now", v)
-		}
-		// A daily cap only: the warm-up is bounded by WarmUpCap, not a day.
-		daily, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: 10 * time.Millisecond, WarmUp: true, WarmUpCap: 2 * time.Second,
-			Horizon: 500 * time.Millisecond, Providers: map[string][]gate.Policy{prov: {pol(10000, 24*time.Hour)}}})
+	})
+}
+
+func warmUpAfterLoss(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+	ctx := context.Background()
+	mk := func(warm bool, policies ...gate.Policy) *gate.Limiter {
+		l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Margin: 10 * time.Millisecond, WarmUp: warm, WarmUpCap: 2 * time.Second,
+			Horizon: 500 * time.Millisecond, Providers: map[string]gate.Provider{prov: {Algorithm: algo, Policies: policies}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		capped := 2*time.Second + 10*time.Millisecond + 500*time.Millisecond
-		if v := mustReserve(t, daily, "f", 1, 0); v.Allowed || !v.Paused || v.RetryAfter < capped-5*time.Millisecond || v.RetryAfter > capped+time.Millisecond {
-			t.Fatalf("warm-up of a daily cap: %+v, want %v (the cap + margin + horizon)", v, capped)
+		return l
+	}
+	const hold = time.Second + 10*time.Millisecond + 500*time.Millisecond // shortest window + margin + horizon
+	l := mk(true, pol(10, 3*time.Second), pol(5, time.Second))
+	v := mustReserve(t, l, "a", 1, 0)
+	if v.Allowed || !v.Paused || v.RetryAfter < hold-5*time.Millisecond || v.RetryAfter > hold+time.Millisecond {
+		t.Fatalf("first decision: %+v, want paused for %v", v, hold)
+	}
+	r := mustReserve(t, l, "b", 1, 2*time.Second)
+	switch {
+	case algo == gate.LeakyBucket && !r.Allowed && r.Paused && r.RetryAfter > 0:
+		// A leaky queue only reaches a window ahead: a slot 1.5s out does not fit a 5/1s queue yet.
+	case !r.Allowed || !r.Paused || !r.Slot().Equal(v.Now.Add(hold)):
+		t.Fatalf("reservation in the warm-up: %+v, want its slot at the end of it", r)
+	}
+	keys, _ := l.Keys(prov)
+	epoch := keys[len(keys)-1]
+	if !strings.HasSuffix(epoch, ":epoch") {
+		t.Fatalf("keys %v: the epoch is not last", keys)
+	}
+	// Everything but the epoch is gone: the state did not start afresh, so no warm-up.
+	for _, k := range keys[:len(keys)-1] {
+		if err := rdb.Del(ctx, k).Err(); err != nil {
+			t.Fatal(err)
 		}
-	})
+	}
+	if v := mustReserve(t, l, "c", 1, 0); !v.Allowed {
+		t.Fatalf("the epoch still stands, so no warm-up: %+v", v)
+	}
+	// The Redis restart: everything this provider had is gone.
+	for _, k := range keys {
+		if err := rdb.Del(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := mustReserve(t, l, "d", 1, 0); v.Allowed || !v.Paused || v.RetryAfter < hold-5*time.Millisecond {
+		t.Fatalf("after the state was lost: %+v, want a warm-up", v)
+	}
+	if v := mustReserve(t, mk(false, pol(10, 3*time.Second), pol(5, time.Second)), "e", 1, 0); !v.Allowed || v.Paused {
+		t.Fatalf("warm-up off: %+v, want admitted now", v)
+	}
+	// A daily cap only: the warm-up is bounded by WarmUpCap, not a day.
+	capped := 2*time.Second + 10*time.Millisecond + 500*time.Millisecond
+	if v := mustReserve(t, mk(true, pol(10000, 24*time.Hour)), "f", 1, 0); v.Allowed || !v.Paused || v.RetryAfter < capped-5*time.Millisecond || v.RetryAfter > capped+time.Millisecond {
+		t.Fatalf("warm-up of a daily cap: %+v, want %v (the cap + margin + horizon)", v, capped)
+	}
 }

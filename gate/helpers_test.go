@@ -93,7 +93,7 @@ func newLimiter(t testing.TB, rdb redis.Scripter, margin time.Duration, policies
 	l, err := gate.New(rdb, gate.Options{
 		Prefix:    uniquePrefix(t),
 		Margin:    margin,
-		Providers: map[string][]gate.Policy{prov: policies},
+		Providers: map[string]gate.Provider{prov: {Policies: policies}},
 	})
 	if err != nil {
 		t.Fatal(err)

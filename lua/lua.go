@@ -28,3 +28,34 @@ var Status string
 //
 //go:embed sent.lua
 var Sent string
+
+// Family is the part every algorithm but sliding_log shares (ids, duplicates, moves, pause, release,
+// status); each of the scripts below is appended to it and run as one script.
+//
+//go:embed family.lua
+var Family string
+
+// SlidingWindow counts units in sub-windows, one hash per policy.
+//
+//go:embed sliding_window.lua
+var SlidingWindow string
+
+// TokenBucket keeps a bucket of tokens per policy; it alone can force.
+//
+//go:embed token_bucket.lua
+var TokenBucket string
+
+// GCRA keeps a theoretical arrival time per policy.
+//
+//go:embed gcra.lua
+var GCRA string
+
+// FixedWindow counts units per calendar window, one hash per policy.
+//
+//go:embed fixed_window.lua
+var FixedWindow string
+
+// LeakyBucket queues units that leak at the policy's rate.
+//
+//go:embed leaky_bucket.lua
+var LeakyBucket string

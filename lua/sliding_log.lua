@@ -5,7 +5,8 @@
 --                                                k-th (k >= 2; job ids never contain NUL)
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   ids whose request was accepted though not settled (sent.lua)
--- KEYS[4] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires
+-- KEYS[4] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires (last,
+--                                                as in family.lua)
 --
 -- ARGV[1] -> job id (1..600 bytes, no NUL)
 -- ARGV[2] -> cost: integer >= 1 and <= every limit
@@ -17,7 +18,8 @@
 -- ARGV[6] -> margin µs, added to every window
 -- ARGV[7], ARGV[8] -> limit, window µs of policy 0; ARGV[9], ARGV[10] -> policy 1; and so on
 --
--- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us, moved}
+-- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us, moved,
+--          reset_after_us} (the reply of every algorithm; family.lua gives the others the same)
 --   allowed         1: admitted and recorded at slot = now + delay_us. 0: denied, nothing recorded
 --   duplicate       1: the id is already in the log; it consumes nothing and goes at its own slot, the
 --                   end of a pause, or now, whichever is latest (denied if that is beyond max wait)
@@ -38,6 +40,8 @@
 --                   (denied: its entry stays where it was). No budget is spent twice, and whichever of
 --                   the two requests the provider counts, the log covers: no later slot can precede the
 --                   new one, which lies after the old.
+--   reset_after_us  time until the log holds nothing any window counts: the newest slot (after this
+--                   decision) plus the longest window, less now; 0 when the log is empty
 --
 -- Invariant: slots are handed out first come, first served (a new slot is never before the newest one), so
 -- every entry is at or before the slot being decided, and for every policy (L per W) and every t the log
@@ -101,6 +105,10 @@ if warmup > 0 and redis.call('SET', KEYS[4], string.format('%d', now), 'NX') the
   end
 end
 local prev = redis.call('ZSCORE', log, id)
+local function reset_after(newest)
+  if not newest then return 0 end
+  return math.max(0, newest + longest - now)
+end
 local units
 local moved, old = 0, 0
 -- Stale: it would go out more than `stale` after its own slot (now, or the end of a pause in force).
@@ -117,8 +125,9 @@ elseif prev then
   local at, paused = math.max(tonumber(prev), now), 0
   if pause_until > at then at, paused = pause_until, 1 end
   local room, index = tightest(at, 0)
-  if at - now > max_wait then return {0, 1, 0, at - now - max_wait, room, index, now, paused, tonumber(prev), 0} end
-  return {1, 1, at - now, 0, room, index, now, paused, tonumber(prev), 0}
+  local reset = reset_after(tonumber(redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')[2]))
+  if at - now > max_wait then return {0, 1, 0, at - now - max_wait, room, index, now, paused, tonumber(prev), 0, reset} end
+  return {1, 1, at - now, 0, room, index, now, paused, tonumber(prev), 0, reset}
 end
 
 -- The earliest slot: not before now, the newest slot (first come, first served) or a pause; and for each
@@ -126,7 +135,7 @@ end
 -- member has left that window.
 local slot = now
 local tail = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')[2]
-if tail then slot = math.max(slot, tonumber(tail)) end
+if tail then tail = tonumber(tail); slot = math.max(slot, tail) end
 slot = math.max(slot, pause_until)
 local blocker, blocker_at = nil, now
 for i = 1, #limits do
@@ -150,9 +159,10 @@ if wait > max_wait then
     end
     redis.call('ZADD', log, unpack(args))
     used_at = {}
+    tail = math.max(tail or 0, old)
   end
   local room, index = tightest(now, 0)
-  return {0, 0, 0, wait - max_wait, room, blocker or index, now, paused, old, 0}
+  return {0, 0, 0, wait - max_wait, room, blocker or index, now, paused, old, 0, reset_after(tail)}
 end
 
 local room, index = tightest(slot, cost)
@@ -163,4 +173,4 @@ for k = 2, cost do
 end
 redis.call('ZADD', log, unpack(args))
 redis.call('PEXPIRE', log, string.format('%d', math.ceil((wait + longest) / 1000) + 1000))
-return {1, 0, wait, 0, room, blocker or index, now, paused, old, moved}
+return {1, 0, wait, 0, room, blocker or index, now, paused, old, moved, reset_after(slot)}

@@ -6,11 +6,13 @@
 -- ARGV[1] -> margin µs, added to every window
 -- ARGV[2], ARGV[3] -> limit, window µs of policy 0; and so on
 --
--- Returns {now_us, paused_until_us, units, used_0, reserved_0, reset_after_us_0, used_1, ...}
+-- Returns {now_us, paused_until_us, units, used_0, reserved_0, remaining_0, reset_after_us_0, used_1, ...}
+--   (the shape of every algorithm's status; family.lua gives the others the same)
 --   paused_until_us  0 when no pause is in force
 --   units            members in the log (admitted or reserved units of cost, not yet trimmed)
 --   used_i           units admitted in policy i's window ending now
 --   reserved_i       units reserved after now (they will count in that window)
+--   remaining_i      limit - used_i - reserved_i, never negative
 --   reset_after_us_i time until every unit counted in used_i + reserved_i has left the window
 
 local log, pause = KEYS[1], KEYS[2]
@@ -31,6 +33,7 @@ for i = 2, #ARGV, 2 do
   if counted > 0 then reset = math.max(0, newest + window - now) end
   reply[#reply + 1] = counted - reserved
   reply[#reply + 1] = reserved
+  reply[#reply + 1] = math.max(0, tonumber(ARGV[i]) - counted)
   reply[#reply + 1] = reset
 end
 return reply

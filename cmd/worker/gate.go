@@ -83,14 +83,18 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "gate:   margin %s\n", c.Gate.Margin)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tTIMEOUT\tURL")
+	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tALGORITHM\tTIMEOUT\tURL")
 	for _, name := range c.ProviderNames() {
 		p := c.Providers[name]
 		var limits []string
 		for _, pol := range policies(p) {
 			limits = append(limits, pol.String())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), p.Timeout, p.URL)
+		algo := p.Algorithm
+		if p.Buckets != 0 {
+			algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, p.Timeout, p.URL)
 	}
 	return tw.Flush()
 }
@@ -112,9 +116,9 @@ func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClien
 		return nil, nil, configError{err}
 	}
 	rdb := redis.NewUniversalClient(opts)
-	ps := make(map[string][]gate.Policy, len(c.Providers))
+	ps := make(map[string]gate.Provider, len(c.Providers))
 	for name, p := range c.Providers {
-		ps[name] = policies(p)
+		ps[name] = gate.Provider{Policies: policies(p), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets}
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, Providers: ps}
 	if worker {
@@ -147,7 +151,7 @@ func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func
 	return l, func() { rdb.Close() }, nil
 }
 
-// tryVerdict is the JSON "worker gate try" prints; its keys are a public contract.
+// tryVerdict is the JSON "worker gate try" prints; its keys are a public contract (add, never rename).
 type tryVerdict struct {
 	Provider     string  `json:"provider"`
 	ID           string  `json:"id"`
@@ -161,6 +165,9 @@ type tryVerdict struct {
 	Policy       int     `json:"policy"`
 	Limit        string  `json:"limit"`
 	Now          string  `json:"now"`
+	ResetAfterMs int64   `json:"reset_after_ms"`
+	Algorithm    string  `json:"algorithm"`
+	Forced       bool    `json:"forced"`
 }
 
 func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -169,6 +176,7 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	id := fs.String("id", "", "job id (default: a random id)")
 	cost := fs.Int64("cost", 1, "units of budget the job costs")
 	maxWait := fs.Duration("max-wait", 0, "accept a reserved slot up to this far ahead (0: now or denied)")
+	force := fs.Bool("force", false, "admit now even from an empty bucket, draining it to zero (token_bucket only)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -180,7 +188,21 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer closeGate()
-	v, err := l.Reserve(ctx, *provider, *id, *cost, *maxWait)
+	algo, err := l.Algorithm(*provider)
+	if err != nil {
+		return err
+	}
+	var v gate.Verdict
+	switch {
+	case *force && algo != gate.TokenBucket:
+		return usageError{fmt.Errorf("gate try: --force needs algorithm %s; provider %s uses %s", gate.TokenBucket, *provider, algo)}
+	case *force && *maxWait != 0:
+		return usageError{errors.New("gate try: --force goes now; it takes no --max-wait")}
+	case *force:
+		v, err = l.Force(ctx, *provider, *id, *cost)
+	default:
+		v, err = l.Reserve(ctx, *provider, *id, *cost, *maxWait)
+	}
 	if err != nil {
 		if errors.Is(err, gate.ErrInvalid) {
 			return usageError{err} // a bad --cost or --id
@@ -200,6 +222,9 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Policy:       v.Policy,
 		Limit:        v.Limit.String(),
 		Now:          v.Now.UTC().Format(time.RFC3339Nano),
+		ResetAfterMs: ceilMs(v.ResetAfter),
+		Algorithm:    string(algo),
+		Forced:       *force,
 	})
 }
 
@@ -214,6 +239,7 @@ type statusPolicy struct {
 
 type statusReport struct {
 	Provider    string         `json:"provider"`
+	Algorithm   string         `json:"algorithm"`
 	Now         string         `json:"now"`
 	PausedUntil string         `json:"paused_until,omitempty"`
 	Units       int64          `json:"units"`
@@ -236,7 +262,11 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	rep := statusReport{Provider: st.Provider, Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units}
+	algo, err := l.Algorithm(*provider)
+	if err != nil {
+		return err
+	}
+	rep := statusReport{Provider: st.Provider, Algorithm: string(algo), Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units}
 	if !st.PausedUntil.IsZero() {
 		rep.PausedUntil = st.PausedUntil.UTC().Format(time.RFC3339Nano)
 	}
@@ -253,7 +283,11 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if rep.PausedUntil != "" {
 		paused = fmt.Sprintf("until %s (%s from now)", rep.PausedUntil, st.PausedUntil.Sub(st.Now).Round(time.Millisecond))
 	}
-	fmt.Fprintf(stdout, "provider %s at %s (Redis clock), %d units in the log, paused: %s\n", rep.Provider, rep.Now, rep.Units, paused)
+	record := "in the log"
+	if algo != gate.SlidingLog {
+		record = "in the id record"
+	}
+	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d units %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tLIMIT\tUSED\tRESERVED\tREMAINING\tRESET IN")
 	for _, p := range rep.Policies {

@@ -4,7 +4,7 @@
 //	worker run          --config FILE
 //	worker enqueue      --config FILE (--provider NAME --count N [--cost C] [--rate R] | --file jobs.jsonl)
 //	worker check-config --config FILE
-//	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D]
+//	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D | --force]
 //	worker gate status  --config FILE --provider NAME [--json]
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
 //
@@ -30,7 +30,7 @@ commands:
   run            consume jobs, ask the gate, dispatch to providers, settle (until SIGTERM)
   enqueue        publish synthetic jobs (--provider --count) or a JSON-lines file (--file) with confirms
   check-config   validate a configuration file and print its providers and limits
-  gate try       ask the gate once for a provider's budget and print the verdict as JSON
+  gate try       ask the gate once for a provider's budget and print the verdict as JSON (--force: token_bucket)
   gate status    print each of a provider's policies: use, reservations, remaining, reset
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 

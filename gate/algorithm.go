@@ -1,0 +1,101 @@
+package gate
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/lua"
+)
+
+// Algorithm names how the gate counts one provider's budget. Every algorithm is one Lua script with the
+// Redis clock, answers in the same Verdict, and checks all of a provider's policies in one atomic step.
+type Algorithm string
+
+const (
+	// SlidingLog is exact: one sorted-set member per unit of cost in the longest window. The default.
+	SlidingLog Algorithm = "sliding_log"
+	// SlidingWindow counts units in Buckets sub-windows per policy (one hash per policy). It never admits
+	// more than the exact log; it may admit less, by at most one sub-window's worth of time.
+	SlidingWindow Algorithm = "sliding_window"
+	// TokenBucket holds Limit tokens per policy, refilled Limit per Window: bursts of Limit, then the rate.
+	// The only algorithm that can Force.
+	TokenBucket Algorithm = "token_bucket"
+	// GCRA is the generic cell rate algorithm with a burst of Limit: the token bucket kept as one
+	// theoretical arrival time per policy.
+	GCRA Algorithm = "gcra"
+	// FixedWindow counts units per calendar window (aligned to the Unix epoch on the Redis clock). Up to
+	// 2 x Limit can pass within one Window across a boundary, by design.
+	FixedWindow Algorithm = "fixed_window"
+	// LeakyBucket is a queue of Limit units leaking at Limit per Window: no bursts, one unit every
+	// Window/Limit.
+	LeakyBucket Algorithm = "leaky_bucket"
+)
+
+// Algorithms lists every algorithm, the default first.
+var Algorithms = []Algorithm{SlidingLog, SlidingWindow, TokenBucket, GCRA, FixedWindow, LeakyBucket}
+
+const (
+	// DefaultBuckets is the number of sub-windows per policy window of SlidingWindow.
+	DefaultBuckets = 10
+	// MaxBuckets bounds Provider.Buckets: every decision reads every bucket.
+	MaxBuckets = 100
+	// DefaultDedupWindow is Options.DedupWindow when left 0.
+	DefaultDedupWindow = time.Minute
+)
+
+// Provider is one provider's budget: its policies, all enforced together, and the algorithm that counts
+// them.
+type Provider struct {
+	Policies []Policy
+	// Algorithm counts the policies; "" is SlidingLog.
+	Algorithm Algorithm
+	// Buckets is SlidingWindow's number of sub-windows per policy window, 1..MaxBuckets (0:
+	// DefaultBuckets). It must be 0 for the other algorithms.
+	Buckets int
+}
+
+// Every algorithm but sliding_log is one script: family.lua (ids, duplicates, moves, pause, release,
+// status) followed by the algorithm's own counting.
+var familyScripts = map[Algorithm]*redis.Script{
+	SlidingWindow: redis.NewScript(lua.Family + lua.SlidingWindow),
+	TokenBucket:   redis.NewScript(lua.Family + lua.TokenBucket),
+	GCRA:          redis.NewScript(lua.Family + lua.GCRA),
+	FixedWindow:   redis.NewScript(lua.Family + lua.FixedWindow),
+	LeakyBucket:   redis.NewScript(lua.Family + lua.LeakyBucket),
+}
+
+// keysFor names a provider's keys: the id record (sliding_log's log), pause and sent first, then the
+// algorithm's own state. tag is "<prefix>:{<provider>}:".
+func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration, buckets int) []string {
+	if algo == SlidingLog {
+		return []string{tag + "log", tag + "pause", tag + "sent"}
+	}
+	keys := []string{tag + "ids", tag + "pause", tag + "sent"}
+	switch algo {
+	case SlidingWindow:
+		// Named by the bucket width: a change of window, margin or bucket count starts a new hash rather
+		// than reading the old one's buckets with another width.
+		for _, p := range policies {
+			keys = append(keys, fmt.Sprintf("%ssw:%d", tag, bucketWidth(p.Window, margin, buckets)))
+		}
+	case FixedWindow:
+		for _, p := range policies {
+			keys = append(keys, fmt.Sprintf("%sfw:%d", tag, micros(p.Window)))
+		}
+	case TokenBucket:
+		keys = append(keys, tag+"tb")
+	case GCRA:
+		keys = append(keys, tag+"gcra")
+	case LeakyBucket:
+		keys = append(keys, tag+"leaky")
+	}
+	return keys
+}
+
+// bucketWidth is SlidingWindow's sub-window in µs: buckets of them cover the window plus margin.
+func bucketWidth(window, margin time.Duration, buckets int) int64 {
+	w := micros(window) + micros(margin)
+	return (w + int64(buckets) - 1) / int64(buckets)
+}

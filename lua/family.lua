@@ -1,0 +1,266 @@
+-- family.lua: what every algorithm but sliding_log shares, run as one script with the algorithm's own file
+-- appended (sliding_window.lua, token_bucket.lua, gcra.lua, fixed_window.lua, leaky_bucket.lua): the id
+-- record (duplicates, moves, release), the pause, the Redis clock, and the three operations. The
+-- algorithm's file fills the table `algo` (see "The algorithm's part" below) and ends with `return run()`.
+--
+-- KEYS[1] -> <prefix>:{<provider>}:ids    ZSET   the id record: one member per unit of cost of each job
+--                                                admitted (id, then id.."\0"..k for its k-th unit, k >= 2),
+--                                                score = its slot (µs, Redis clock); kept until slot + dedup
+-- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
+-- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   ids whose request was accepted though not settled (sent.lua)
+-- KEYS[4..] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires
+--
+-- ARGV[1] -> op: 'reserve', 'release' or 'status' (status changes nothing)
+-- ARGV[2] -> job id (1..600 bytes, no NUL; '' for status)
+-- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve)
+-- ARGV[4] -> reserve: max wait µs (the latest acceptable slot is now + max wait); release: the slot (µs) the
+--            caller was admitted at, 0 for wherever the id is
+-- ARGV[5] -> stale µs: a duplicate whose slot is more than this before now is moved; 0: never (reserve)
+-- ARGV[6] -> force: 1 admits now whatever the budget (token_bucket only; see its file), else 0
+-- ARGV[7] -> margin µs (each algorithm says how it applies it)
+-- ARGV[8] -> dedup µs: an admitted id is remembered until its slot plus this (> 0)
+-- ARGV[9] -> buckets: sub-windows per window (sliding_window), else 0
+-- ARGV[10] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
+--             persistence, or this is the provider's first decision), reserve pauses the provider this
+--             long before anything is admitted, as sliding_log.lua does; 0: off
+-- ARGV[11], ARGV[12] -> limit, window µs of policy 0; ARGV[13], ARGV[14] -> policy 1; and so on
+--
+-- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
+--                  moved, reset_after_us}, as sliding_log.lua does:
+--   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed
+--   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
+--                   pause, or now, whichever is latest (denied beyond max wait)
+--   delay_us        slot - now when allowed, else 0
+--   retry_after_us  when denied (> 0): the same call this much later is admitted if nobody else takes the
+--                   room meanwhile (a leaky bucket's full queue counts too); else 0
+--   remaining       room left at the slot after this job (the algorithm says what room is), or now when denied
+--   policy          0-based index of the policy that sets the slot (or fills the queue), else the tightest
+--   now_us          Redis TIME in µs
+--   paused          1 when a provider pause is what sets the slot
+--   admitted_us     a duplicate's or moved job's old slot, µs; else 0
+--   moved           1: the id was in the record at a slot more than stale µs before it would now go, and not
+--                   marked sent: its entry left the record, its units went back where the algorithm can give
+--                   them back (algo.give_back), and it was admitted afresh, in this one step. Denied afresh,
+--                   everything stays as it was.
+--   reset_after_us  time until the budget is entirely unused if nothing more is admitted (algo.reset_after)
+-- release returns the number of the id's units that left the record (0: not there, or at another slot)
+-- status returns {now_us, paused_until_us, units, used_0, reserved_0, remaining_0, reset_after_us_0, used_1, ...}
+--   as status.lua does; units = members of the id record
+--
+-- The algorithm's part fills `algo`:
+--   algo.fcfs                 true: a new slot is never before the newest slot in the id record
+--   algo.load(trim)           read the state; trim: also drop what no decision can count any more
+--   algo.earliest(from, cost) -> slot (>= from), blocker (1-based policy or nil), hold (µs, > 0 when the
+--                             call must be denied whatever its max wait: a full queue)
+--   algo.commit(slot, cost)   record an admission of the job ARGV[2] at slot
+--   algo.force(at, cost)      record a forced admission at `at` (token_bucket only)
+--   algo.give_back(slot, cost) -> a token for take_back, or nil: return the units of the job ARGV[2],
+--                             admitted at slot, where that is sound
+--   algo.take_back(token)     undo give_back (a move denied afresh)
+--   algo.room(at)             -> remaining, index (1-based) of the tightest policy at `at`
+--   algo.reset_after()        -> µs until the budget is entirely unused
+--   algo.status()             -> {{used, reserved, remaining, reset_after_us}, ...} one per policy
+--   algo.save()               write what changed, with expiry
+--
+-- Numbers Redis parses as integers (HINCRBY, PEXPIRE, scores) are formatted with %d; fractions (a token
+-- count, a theoretical arrival time) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
+
+local ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
+local op, id = ARGV[1], ARGV[2]
+local cost = tonumber(ARGV[3])
+local arg4 = tonumber(ARGV[4])
+local stale = tonumber(ARGV[5])
+local forced = ARGV[6] == '1'
+local margin = tonumber(ARGV[7])
+local dedup = tonumber(ARGV[8])
+local buckets = tonumber(ARGV[9])
+local warmup = tonumber(ARGV[10])
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+local limits, windows = {}, {}
+for i = 11, #ARGV, 2 do
+  limits[#limits + 1] = tonumber(ARGV[i])
+  windows[#windows + 1] = tonumber(ARGV[i + 1])
+  if op == 'reserve' and cost > limits[#limits] then
+    return redis.error_reply('ERR paygate: cost ' .. ARGV[3] .. ' exceeds limit ' .. ARGV[i])
+  end
+end
+local P = #limits
+
+local EPS = 1e-9 -- fractions of a unit this small are rounding, not room
+
+local function int(x) return string.format('%d', x) end
+local function num(x) return string.format('%.17g', x) end
+
+-- hash_pairs turns an HGETALL reply into a table.
+local function hash_pairs(reply)
+  local m = {}
+  for i = 1, #reply, 2 do m[reply[i]] = reply[i + 1] end
+  return m
+end
+
+local function expire(key, ms) redis.call('PEXPIRE', key, int(math.ceil(ms))) end
+
+local algo = {}
+
+-- undoable is the state of token_bucket, gcra and leaky_bucket: one hash of numbers (v:<name>, for the
+-- given names) and the undo record of the newest admission (last = its id, last_slot, u:<name> = the
+-- numbers before it), so that a release or move of that admission restores exactly what it changed. An
+-- older admission cannot be undone soundly: later ones were decided on top of it. Field names are built
+-- once per call and read with one HMGET: string work is most of a small script's cost inside Redis.
+local function undoable(key, names)
+  local s = {v = {}, u = {}, last = '', last_slot = 0}
+  local vf, uf = {}, {}
+  for j, name in ipairs(names) do vf[j], uf[j] = 'v:' .. name, 'u:' .. name end
+  function s.load()
+    local fields = {'last', 'last_slot'}
+    for j = 1, #names do fields[#fields + 1], fields[#fields + 2] = vf[j], uf[j] end
+    local got = redis.call('HMGET', key, unpack(fields))
+    s.last, s.last_slot = got[1] or '', tonumber(got[2] or 0)
+    for j, name in ipairs(names) do
+      s.v[name], s.u[name] = tonumber(got[1 + 2 * j] or nil), tonumber(got[2 + 2 * j] or nil)
+    end
+  end
+  local function copy(t2)
+    local c = {}
+    for k, x in pairs(t2) do c[k] = x end
+    return c
+  end
+  -- begin records the numbers as they are before an admission at slot.
+  function s.begin(slot)
+    s.u, s.last, s.last_slot, s.dirty = copy(s.v), id, slot, true
+  end
+  function s.give_back(slot)
+    if s.last ~= id or s.last_slot ~= slot then return nil end
+    local token = {v = s.v, u = s.u, last = s.last, last_slot = s.last_slot}
+    s.v, s.u, s.last, s.last_slot, s.dirty = copy(s.u), {}, '', 0, true
+    return token
+  end
+  function s.take_back(token)
+    if token then s.v, s.u, s.last, s.last_slot = token.v, token.u, token.last, token.last_slot end
+  end
+  -- save writes every field (last = '' means no undo; u:* are then ignored).
+  function s.save(ttl_ms)
+    if not s.dirty then return end
+    local args = {'last', s.last, 'last_slot', int(s.last_slot)}
+    for j, name in ipairs(names) do
+      if s.v[name] then args[#args + 1], args[#args + 2] = vf[j], num(s.v[name]) end
+      if s.u[name] then args[#args + 1], args[#args + 2] = uf[j], num(s.u[name]) end
+    end
+    redis.call('HSET', key, unpack(args))
+    expire(key, ttl_ms)
+  end
+  return s
+end
+
+-- units_at lists the id's members at one score.
+local function units_at(at)
+  local out = {}
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', ids, int(at), int(at))) do
+    if m == id or string.sub(m, 1, #id + 1) == id .. '\0' then out[#out + 1] = m end
+  end
+  return out
+end
+
+-- record puts the id's members in the record at slot. Every slot in the record is at most reset_after from
+-- now (the newest admission is what sets it), so the expiry below never cuts a later entry short.
+local function record(slot, members)
+  local args = {}
+  for _, m in ipairs(members) do
+    args[#args + 1] = int(slot)
+    args[#args + 1] = m
+  end
+  redis.call('ZADD', ids, unpack(args))
+  expire(ids, (math.max(slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
+end
+
+local function run()
+  if op == 'status' then
+    algo.load(false)
+    local pause_until = tonumber(redis.call('GET', pause) or 0)
+    if pause_until <= now then pause_until = 0 end
+    local reply = {now, pause_until, redis.call('ZCARD', ids)}
+    for _, s in ipairs(algo.status()) do
+      for _, v in ipairs(s) do reply[#reply + 1] = v end
+    end
+    return reply
+  end
+
+  -- What no duplicate check needs any more is trimmed on every call.
+  redis.call('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup))
+  algo.load(true)
+  local prev = redis.call('ZSCORE', ids, id)
+  if prev then prev = tonumber(prev) end
+
+  if op == 'release' then
+    if not prev or (arg4 ~= 0 and prev ~= arg4) then return 0 end
+    local gone = units_at(prev)
+    redis.call('ZREM', ids, unpack(gone))
+    algo.give_back(prev, #gone)
+    algo.save()
+    return #gone
+  end
+
+  local max_wait = arg4
+  local pause_until = tonumber(redis.call('GET', pause) or 0)
+  -- Warm-up: no epoch means the state may have lost what the provider still counts. Hold the provider
+  -- until nothing admitted or reserved before the loss can share a window with what is admitted after it.
+  if warmup > 0 and redis.call('SET', KEYS[#KEYS], string.format('%d', now), 'NX') then
+    if now + warmup > pause_until then
+      pause_until = now + warmup
+      redis.call('SET', pause, string.format('%d', pause_until), 'PX', string.format('%d', math.ceil(warmup / 1000) + 1000))
+    end
+  end
+  local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved)
+    return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after()))}
+  end
+
+  local moved, old, gone, token = 0, 0, nil, nil
+  if prev and stale > 0 and math.max(now, pause_until) - prev > stale and redis.call('HEXISTS', sent, id) == 0 then
+    -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back
+    -- where the algorithm can give them back); it is admitted afresh below, or everything is restored.
+    moved, old = 1, prev
+    gone = units_at(prev)
+    redis.call('ZREM', ids, unpack(gone))
+    token = algo.give_back(prev, #gone)
+  elseif prev then
+    -- A duplicate holds its permit already: it goes at its own slot, after a pause, or now, whichever is
+    -- latest, within max wait like any job.
+    local at, paused = math.max(prev, now), 0
+    if pause_until > at then at, paused = pause_until, 1 end
+    local room, index = algo.room(at)
+    if at - now > max_wait then return reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0) end
+    return reply(1, 1, at - now, 0, room, index, paused, prev, 0)
+  end
+
+  local from = math.max(now, pause_until)
+  local slot, blocker, hold = from, nil, 0
+  if not forced then
+    if algo.fcfs then
+      local tail = redis.call('ZREVRANGE', ids, 0, 0, 'WITHSCORES')[2]
+      if tail then from = math.max(from, tonumber(tail)) end
+    end
+    slot, blocker, hold = algo.earliest(from, cost)
+  end
+  local paused = 0
+  if pause_until > now and slot == pause_until then paused = 1 end
+  local wait = slot - now
+  if wait > max_wait or hold > 0 then
+    if moved == 1 then -- denied: the units and the entry go back where they were
+      algo.take_back(token)
+      record(old, gone)
+    end
+    local room, index = algo.room(now)
+    return reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0)
+  end
+  if forced then algo.force(slot, cost) else algo.commit(slot, cost) end
+  algo.save()
+  local members = {id}
+  for k = 2, cost do members[k] = id .. '\0' .. k end
+  record(slot, members)
+  local room, index = algo.room(slot)
+  return reply(1, 0, wait, 0, room, blocker or index, paused, old, moved)
+end

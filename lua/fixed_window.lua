@@ -1,0 +1,141 @@
+-- fixed_window.lua: a counter per calendar window; appended to family.lua (see there for KEYS[1..3], ARGV and
+-- the reply).
+--
+-- KEYS[4], KEYS[5], ... -> <prefix>:{<provider>}:fw:<W>  HASH  one per policy: window index -> units, where
+--                          window k is [k*W, (k+1)*W) µs of the Redis clock: aligned to the Unix epoch, so a
+--                          minute starts at :00 and a day at 00:00 UTC, as calendar-counting providers do
+--
+-- This is INCR + PEXPIRE per window, with the window chosen by the Redis clock: a key computed inside the
+-- script could not be declared in KEYS (Redis Cluster), so each window is a field of one hash per policy,
+-- incremented with HINCRBY, and past windows are deleted as time passes.
+--
+-- Guarantee: every calendar window of every policy holds at most L units. A window of W across a boundary
+-- can hold up to 2*L (L at the end of one window, L at the start of the next): by design, and what a
+-- provider that counts calendar windows allows too. The margin m guards the boundary: a slot is never in
+-- the last m of a window (a job asking then goes at the next window's start), so a request landing up to m
+-- late is still counted by the provider in the window the gate counted it in.
+--
+-- Reservations: slots are first come, first served (never before the id record's newest slot): the first
+-- window, from there on, with room for the job in every policy, at its start. Release and moves take a
+-- job's units out of its window's counter while that window is current or ahead (exact).
+
+-- counts[i] maps a window index, as the string HINCRBY takes, to units. (String keys: a Lua table indexed
+-- by numbers in the tens of millions makes gopher-lua, the demo's embedded Redis, allocate an array that
+-- large.)
+local keys_of, counts = {}, {}
+for i = 1, P do keys_of[i] = KEYS[3 + i] end
+
+local function window(i, at) return math.floor(at / windows[i]) end
+
+function algo.load(trim)
+  for i = 1, P do
+    local m, drop = {}, {}
+    local current = window(i, now)
+    for idx, c in pairs(hash_pairs(redis.call('HGETALL', keys_of[i]))) do
+      if trim and tonumber(idx) < current then drop[#drop + 1] = idx else m[idx] = tonumber(c) end
+    end
+    if #drop > 0 then redis.call('HDEL', keys_of[i], unpack(drop)) end
+    counts[i] = m
+  end
+end
+
+local function count(i, k) return counts[i][int(k)] or 0 end
+
+function algo.earliest(from, n)
+  local slot, blocker = from, nil
+  -- Each pass moves the slot to the start of a later window; windows past the last counted one have room.
+  for _ = 1, 100000 do
+    local moved = false
+    for i = 1, P do
+      local k = window(i, slot)
+      if count(i, k) + n > limits[i] or slot + margin >= (k + 1) * windows[i] then
+        slot, blocker, moved = (k + 1) * windows[i], i, true
+      end
+    end
+    if not moved then return slot, blocker, 0 end
+  end
+  return error('paygate: fixed_window found no window with room')
+end
+
+local function add(i, k, n)
+  local c = redis.call('HINCRBY', keys_of[i], int(k), n)
+  if c <= 0 then
+    redis.call('HDEL', keys_of[i], int(k))
+    counts[i][int(k)] = nil
+  else
+    counts[i][int(k)] = c
+  end
+end
+
+local function last_window(i)
+  local last = nil
+  for idx in pairs(counts[i]) do
+    local k = tonumber(idx)
+    if last == nil or k > last then last = k end
+  end
+  return last
+end
+
+function algo.commit(slot, n)
+  for i = 1, P do
+    local k = window(i, slot)
+    add(i, k, n)
+    expire(keys_of[i], ((last_window(i) + 1) * windows[i] - now) / 1000 + 1000)
+  end
+end
+
+function algo.force() error('paygate: force is only for token_bucket') end
+
+function algo.give_back(slot, n)
+  local taken = {}
+  for i = 1, P do
+    local k = window(i, slot)
+    if count(i, k) > 0 then
+      taken[i] = {k, math.min(n, count(i, k))}
+      add(i, k, -taken[i][2])
+    end
+  end
+  return taken
+end
+
+function algo.take_back(taken)
+  for i, x in pairs(taken or {}) do add(i, x[1], x[2]) end
+end
+
+function algo.room(at)
+  local room, index = nil, 1
+  for i = 1, P do
+    local r = math.max(0, limits[i] - count(i, window(i, at)))
+    if room == nil or r < room then room, index = r, i end
+  end
+  return room, index
+end
+
+local function reset_of(i)
+  local last = last_window(i)
+  if last == nil then return 0 end
+  return math.max(0, (last + 1) * windows[i] - now)
+end
+
+function algo.reset_after()
+  local r = 0
+  for i = 1, P do r = math.max(r, reset_of(i)) end
+  return r
+end
+
+function algo.status()
+  local out = {}
+  for i = 1, P do
+    local k = window(i, now)
+    local reserved = 0
+    for idx, c in pairs(counts[i]) do
+      if tonumber(idx) > k then reserved = reserved + c end
+    end
+    out[i] = {count(i, k), reserved, math.max(0, limits[i] - count(i, k)), reset_of(i)}
+  end
+  return out
+end
+
+function algo.save() end
+
+return run()

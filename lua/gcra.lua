@@ -1,0 +1,80 @@
+-- gcra.lua: the generic cell rate algorithm, burst = limit per window; appended to family.lua (see there for
+-- KEYS[1..3], ARGV and the reply).
+--
+-- KEYS[4] -> <prefix>:{<provider>}:gcra   HASH   v:<window µs> = the policy's theoretical arrival time (TAT,
+--                                                µs, a fraction); last, last_slot, u:<window µs>: the undo
+--                                                record of the newest admission (family.lua's undoable)
+--
+-- Per policy (limit L, window W, margin m): emission interval T = (W + m) / L µs per unit. A job of cost n
+-- may go at s when max(TAT, s) + n*T - s <= W, and then TAT = max(TAT, s) + n*T. With m = 0 that is the
+-- textbook GCRA with a burst of L (go-redis/redis_rate's): any interval of length d holds at most
+-- L + d*L/W units. With a margin the rate is L per W+m and the burst L*W/(W+m): slots then hold at most
+-- L*W/(W+m) + d*L/(W+m) units in any interval of length d, so requests landing up to m late hold at most
+-- L*W/(W+m) + (d+m)*L/(W+m) = L + d*L/(W+m) <= L + d*L/W there: within a provider's bucket of L per W.
+-- A job whose n*T exceeds W (n close to L with a margin) goes when the bucket is full.
+--
+-- Reservations are the TAT running ahead of now: the slot is the earliest s that satisfies every policy.
+-- The bound above holds for slots in any order, so no queue tail is kept; the id record serves duplicates
+-- and moves.
+-- Release (and a move) restores the TATs exactly when the job is the newest admission; otherwise its
+-- units stay spent until they drain (never more than the limit).
+
+local T, names = {}, {}
+for i = 1, P do T[i], names[i] = (windows[i] + margin) / limits[i], int(windows[i]) end
+local state = undoable(KEYS[4], names)
+
+local function tat(i) return state.v[names[i]] or 0 end
+
+function algo.load(_) state.load() end
+
+function algo.earliest(from, n)
+  local slot, blocker = from, nil
+  for i = 1, P do
+    local s = math.ceil(tat(i) - math.max(0, windows[i] - n * T[i]) - EPS)
+    if s > slot then slot, blocker = s, i end
+  end
+  return slot, blocker, 0
+end
+
+function algo.commit(slot, n)
+  state.begin(slot)
+  for i = 1, P do state.v[names[i]] = math.max(tat(i), slot) + n * T[i] end
+end
+
+function algo.force() error('paygate: force is only for token_bucket') end
+
+function algo.give_back(slot, _) return state.give_back(slot) end
+function algo.take_back(token) state.take_back(token) end
+
+-- Room: whole units a job could take at `at` (the bucket's tokens).
+local function tokens(i, at) return (windows[i] - math.max(0, tat(i) - at)) / T[i] end
+
+function algo.room(at)
+  local room, index = nil, 1
+  for i = 1, P do
+    local r = math.max(0, math.floor(tokens(i, at) + EPS))
+    if room == nil or r < room then room, index = r, i end
+  end
+  return room, index
+end
+
+function algo.reset_after()
+  local r = 0
+  for i = 1, P do r = math.max(r, tat(i) - now) end
+  return r
+end
+
+function algo.status()
+  local out = {}
+  for i = 1, P do
+    local level = math.ceil(math.max(0, tat(i) - now) / T[i] - EPS)
+    local used = math.min(limits[i], level)
+    local r = math.max(0, math.floor(tokens(i, now) + EPS))
+    out[i] = {used, level - used, r, math.max(0, math.ceil(tat(i) - now))}
+  end
+  return out
+end
+
+function algo.save() state.save(algo.reset_after() / 1000 + 1000) end
+
+return run()

@@ -1,0 +1,88 @@
+-- leaky_bucket.lua: a queue of `limit` units per policy leaking at `limit` per window; appended to
+-- family.lua (see there for KEYS[1..3], ARGV and the reply).
+--
+-- KEYS[4] -> <prefix>:{<provider>}:leaky  HASH   v:<window µs> = when that policy's queue has drained (its
+--                                                theoretical arrival time, µs, a fraction); last, last_slot,
+--                                                u:*: the undo record of the newest admission (undoable)
+--
+-- Per policy (limit L, window W, margin m): one unit leaks every T = (W + m) / L µs. A job of cost n joins
+-- the tail of every policy's queue and goes when it reaches the head: slot = the latest TAT (or now), and
+-- then TAT = slot + n*T. It is admitted only if every policy's queue has room for it: (slot - now) + n*T <=
+-- L*T, a capacity of L units (with several policies the job waits in all of them at once, so a long wait
+-- set by a slow policy can overflow a short policy's queue); a full queue is a denial whatever the max wait,
+-- with retry_after_us the time until it has room (a max wait of 0 admits only into an empty queue). The
+-- verdict names the policy that sets the slot, else the one whose queue is full.
+--
+-- Output is smoothed, never a burst: jobs of cost 1 go at least T apart, so any window of W + m holds at most
+-- L of them and requests landing up to m late fit a sliding window of L per W (as sliding_log's do) as
+-- well as a leaky bucket of L per W. A job of cost n is n units at one moment followed by n*T of silence:
+-- with costs above 1 a window of W can hold up to L + n - 1 units.
+--
+-- Release (and a move) restores the queue exactly when the job is the newest admission (the tail);
+-- otherwise its units stay queued until they leak (never more than the limit).
+
+local T, names = {}, {}
+for i = 1, P do T[i], names[i] = (windows[i] + margin) / limits[i], int(windows[i]) end
+local state = undoable(KEYS[4], names)
+
+local function tat(i) return state.v[names[i]] or 0 end
+
+function algo.load(_) state.load() end
+
+function algo.earliest(from, n)
+  local slot, blocker = from, nil
+  for i = 1, P do
+    local s = math.ceil(tat(i) - EPS)
+    if s > slot then slot, blocker = s, i end
+  end
+  -- Every policy's queue must hold the job: its wait plus its own drain within L*T.
+  local hold, full = 0, nil
+  for i = 1, P do
+    local over = math.ceil(slot - now + n * T[i] - limits[i] * T[i] - EPS)
+    if over > hold then hold, full = over, i end
+  end
+  return slot, blocker or full, hold
+end
+
+function algo.commit(slot, n)
+  state.begin(slot)
+  for i = 1, P do state.v[names[i]] = math.max(tat(i), slot) + n * T[i] end
+end
+
+function algo.force() error('paygate: force is only for token_bucket') end
+
+function algo.give_back(slot, _) return state.give_back(slot) end
+function algo.take_back(token) state.take_back(token) end
+
+-- Room: whole units the queue can still take at `at`.
+local function room(i, at) return limits[i] - math.max(0, tat(i) - at) / T[i] end
+
+-- The verdict's remaining is the queue's room now (after this job), wherever the job's slot is.
+function algo.room(_)
+  local r, index = nil, 1
+  for i = 1, P do
+    local x = math.max(0, math.floor(room(i, now) + EPS))
+    if r == nil or x < r then r, index = x, i end
+  end
+  return r, index
+end
+
+function algo.reset_after()
+  local r = 0
+  for i = 1, P do r = math.max(r, tat(i) - now) end
+  return r
+end
+
+function algo.status()
+  local out = {}
+  for i = 1, P do
+    local queued = math.max(0, math.ceil((tat(i) - now) / T[i] - EPS))
+    local used = math.min(limits[i], queued)
+    out[i] = {used, queued - used, math.max(0, math.floor(room(i, now) + EPS)), math.max(0, math.ceil(tat(i) - now))}
+  end
+  return out
+end
+
+function algo.save() state.save(algo.reset_after() / 1000 + 1000) end
+
+return run()

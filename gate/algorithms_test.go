@@ -587,12 +587,19 @@ func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
 			dups, moved, denied int
 		)
 		ctx := context.Background()
-		deadline := time.Now().Add(time.Second)
+		// At least a second, and on until the run is strong enough to prove something (a loaded machine
+		// decides less in a second), for at most six.
+		deadline, last := time.Now().Add(time.Second), time.Now().Add(6*time.Second)
+		weak := func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return dups == 0 || denied == 0 || moved == 0 || len(told) < 20
+		}
 		var wg sync.WaitGroup
 		for w := range 16 {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(w), 7))
-				for time.Now().Before(deadline) {
+				for now := time.Now(); now.Before(deadline) || (now.Before(last) && weak()); now = time.Now() {
 					jobID := fmt.Sprintf("j%d", rng.IntN(80))
 					cost := 1 + rng.Int64N(3)
 					v, err := l.Reserve(ctx, prov, jobID, cost, time.Duration(rng.IntN(300))*time.Millisecond)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/providers/sim"
@@ -133,6 +135,19 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 	}
 	t.Cleanup(f.cleanup)
 	return f
+}
+
+// established marks every provider's gate state as existing (its epoch key), as in a deployment that
+// has run before, so the first decisions are not held by the first-use warm-up (gate.warmup).
+func (f *fleet) established() {
+	f.t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	defer rdb.Close()
+	for p := range f.sims {
+		if err := rdb.Set(context.Background(), f.x+":{"+p+"}:epoch", time.Now().UnixMicro(), time.Hour).Err(); err != nil {
+			f.t.Fatal(err)
+		}
+	}
 }
 
 func (f *fleet) env() []string {

@@ -221,6 +221,30 @@ func TestFamilyDuplicates(t *testing.T) {
 	})
 }
 
+// Found in review: releasing the only admission on a fresh (or expired) state gives its unit back too,
+// the usual case of a 429 on an idle provider: status shows the whole limit again.
+func TestFamilyReleaseFirstAdmission(t *testing.T) {
+	eachAlgorithm(t, family, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		ctx := context.Background()
+		l := newAlgo(t, rdb, algo, 0, pol(2, 10*time.Second))
+		awayFromEdges(t, rdb, algo, time.Second, 10*time.Second)
+		a := mustReserve(t, l, "a", 1, 0)
+		if !a.Allowed {
+			t.Fatalf("a: %+v", a)
+		}
+		if err := l.Release(ctx, prov, "a", 1, a.Slot()); err != nil {
+			t.Fatal(err)
+		}
+		st, err := l.Status(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := st.Policies[0]; p.Remaining != 2 || p.Used != 0 || p.Reserved != 0 {
+			t.Fatalf("after releasing the only admission: %+v, want the whole limit back", p)
+		}
+	})
+}
+
 // Release gives units back where the algorithm can: the counters always (while the unit still counts), the
 // buckets and the queue when the job is the newest admission. Either way the id is forgotten.
 func TestFamilyRelease(t *testing.T) {

@@ -142,14 +142,16 @@ local function undoable(key, names)
   function s.take_back(token)
     if token then s.v, s.u, s.last, s.last_slot = token.v, token.u, token.last, token.last_slot end
   end
-  -- save writes every field (last = '' means no undo; u:* are then ignored).
+  -- save writes every field (last = '' means no undo; u:* are then ignored), and deletes the numbers that
+  -- are no more: undoing the first admission after an idle spell restores "no state", a full bucket.
   function s.save(ttl_ms)
     if not s.dirty then return end
-    local args = {'last', s.last, 'last_slot', int(s.last_slot)}
+    local args, gone = {'last', s.last, 'last_slot', int(s.last_slot)}, {}
     for j, name in ipairs(names) do
-      if s.v[name] then args[#args + 1], args[#args + 2] = vf[j], num(s.v[name]) end
-      if s.u[name] then args[#args + 1], args[#args + 2] = uf[j], num(s.u[name]) end
+      if s.v[name] then args[#args + 1], args[#args + 2] = vf[j], num(s.v[name]) else gone[#gone + 1] = vf[j] end
+      if s.u[name] then args[#args + 1], args[#args + 2] = uf[j], num(s.u[name]) else gone[#gone + 1] = uf[j] end
     end
+    if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
     redis.call('HSET', key, unpack(args))
     expire(key, ttl_ms)
   end

@@ -718,3 +718,33 @@ func guarantee(algo gate.Algorithm, log []entry, p gate.Policy, margin time.Dura
 	}
 	return nil
 }
+
+// Found in review: a stale redelivery whose move is denied gives its unit back and takes it again; when
+// that emptied the counter hash, the hash came back without an expiry. It keeps one now.
+func TestDeniedMoveKeepsExpiry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const window, margin = 2 * time.Second, 1500 * time.Millisecond // no slot in a window's last 1.5s
+		l := newAlgoOpts(t, rdb, gate.Options{Margin: margin, StaleAfter: time.Millisecond},
+			gate.Provider{Algorithm: gate.FixedWindow, Policies: []gate.Policy{pol(5, window)}})
+		for redisTime(t, rdb)%window.Microseconds() > (100 * time.Millisecond).Microseconds() {
+			time.Sleep(10 * time.Millisecond) // to the start of a window
+		}
+		if v := mustReserve(t, l, "a", 1, 0); !v.Allowed {
+			t.Fatalf("a: %+v", v)
+		}
+		time.Sleep(700 * time.Millisecond) // into the window's last 1.5s: a move now needs the next window
+		v := mustReserve(t, l, "a", 1, 0)
+		if v.Allowed || v.Moved {
+			t.Fatalf("the stale redelivery: %+v, want its move denied (no slot before the next window)", v)
+		}
+		keys, _ := l.Keys(prov)
+		state := keys[3]
+		if n, err := rdb.HLen(ctx, state).Result(); err != nil || n != 1 {
+			t.Fatalf("%s holds %d fields (%v), want a's window restored", state, n, err)
+		}
+		if ttl := rdb.PTTL(ctx, state).Val(); ttl <= 0 {
+			t.Fatalf("%s has no expiry (%v) after the denied move", state, ttl)
+		}
+	})
+}

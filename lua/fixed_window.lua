@@ -76,11 +76,15 @@ local function last_window(i)
   return last
 end
 
+-- keep sets a hash's expiry to the end of its last window.
+local function keep(i)
+  expire(keys_of[i], ((last_window(i) + 1) * windows[i] - now) / 1000 + 1000)
+end
+
 function algo.commit(slot, n)
   for i = 1, P do
-    local k = window(i, slot)
-    add(i, k, n)
-    expire(keys_of[i], ((last_window(i) + 1) * windows[i] - now) / 1000 + 1000)
+    add(i, window(i, slot), n)
+    keep(i)
   end
 end
 
@@ -99,7 +103,12 @@ function algo.give_back(slot, n)
 end
 
 function algo.take_back(taken)
-  for i, x in pairs(taken or {}) do add(i, x[1], x[2]) end
+  -- give_back may have emptied a hash (HDEL of its last field deletes the key): HINCRBY makes it anew,
+  -- without an expiry, so set it again.
+  for i, x in pairs(taken or {}) do
+    add(i, x[1], x[2])
+    keep(i)
+  end
 end
 
 function algo.room(at)

@@ -91,12 +91,16 @@ local function add(i, k, n)
   table.sort(counts[i], function(a, b) return a[1] < b[1] end)
 end
 
+-- keep sets a hash's expiry to when its newest bucket stops counting (the expiry only grows: no bucket is
+-- added after the newest but by a later slot).
+local function keep(i)
+  expire(keys_of[i], ((counts[i][#counts[i]][1] + buckets + 1) * g[i] - now) / 1000 + 1000)
+end
+
 function algo.commit(slot, n)
   for i = 1, P do
-    local k = bucket(i, slot)
-    add(i, k, n)
-    -- Slots come first come, first served, so no bucket lies after this one: the expiry only grows.
-    expire(keys_of[i], ((counts[i][#counts[i]][1] + buckets + 1) * g[i] - now) / 1000 + 1000)
+    add(i, bucket(i, slot), n)
+    keep(i)
   end
 end
 
@@ -118,7 +122,12 @@ function algo.give_back(slot, n)
 end
 
 function algo.take_back(taken)
-  for i, x in pairs(taken or {}) do add(i, x[1], x[2]) end
+  -- give_back may have emptied a hash (HDEL of its last field deletes the key): HINCRBY makes it anew,
+  -- without an expiry, so set it again.
+  for i, x in pairs(taken or {}) do
+    add(i, x[1], x[2])
+    keep(i)
+  end
 end
 
 function algo.room(at)

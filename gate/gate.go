@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -241,8 +242,27 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		p.args = append(p.args, pol.Limit, micros(pol.Window))
 	}
 	tag := opts.Prefix + ":{" + name + "}:"
-	p.keys = append(keysFor(tag, algo, policies, margin, buckets), tag+"epoch") // the epoch is always last
+	p.keys = keysFor(tag, algo, policies, margin, buckets)
+	p.keys = append(p.keys, tag+"epoch:"+stateShape(tag, algo, policies, p.keys)) // the epoch is always last
 	return p, nil
+}
+
+// stateShape names the layout a provider's state is kept in: its keys, and for the buckets the windows
+// their fields are named by. The epoch key carries it, so that a change of algorithm, windows, buckets or
+// margin, which starts the state afresh under new names while the provider still counts what it was
+// sent, warms up like a loss of state. A sliding log keeps one layout whatever its limits.
+func stateShape(tag string, algo Algorithm, policies []Policy, keys []string) string {
+	h := fnv.New32a()
+	fmt.Fprint(h, algo)
+	for _, k := range keys {
+		fmt.Fprint(h, "|", strings.TrimPrefix(k, tag))
+	}
+	if algo != SlidingLog {
+		for _, pol := range policies {
+			fmt.Fprint(h, "|", micros(pol.Window))
+		}
+	}
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 // Verdict is the gate's answer for one job. Being denied is a verdict, not an error.

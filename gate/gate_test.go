@@ -964,7 +964,7 @@ func warmUpAfterLoss(t *testing.T, rdb redis.UniversalClient, algo gate.Algorith
 	}
 	keys, _ := l.Keys(prov)
 	epoch := keys[len(keys)-1]
-	if !strings.HasSuffix(epoch, ":epoch") {
+	if !strings.Contains(epoch, ":epoch:") {
 		t.Fatalf("keys %v: the epoch is not last", keys)
 	}
 	// Everything but the epoch is gone: the state did not start afresh, so no warm-up.
@@ -993,4 +993,41 @@ func warmUpAfterLoss(t *testing.T, rdb redis.UniversalClient, algo gate.Algorith
 	if v := mustReserve(t, mk(true, pol(10000, 24*time.Hour)), "f", 1, 0); v.Allowed || !v.Paused || v.RetryAfter < capped-5*time.Millisecond || v.RetryAfter > capped+time.Millisecond {
 		t.Fatalf("warm-up of a daily cap: %+v, want %v (the cap + margin + horizon)", v, capped)
 	}
+}
+
+// Found in review: a change of algorithm (or of the windows a bucket's state is named by) starts the
+// state afresh under new names while the provider still counts what it was sent: it warms up like a
+// loss. A sliding log keeps its log whatever its limits, so new limits do not.
+func TestWarmUpAfterStateChange(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		prefix := uniquePrefix(t)
+		mk := func(algo gate.Algorithm, policies ...gate.Policy) *gate.Limiter {
+			l, err := gate.New(rdb, gate.Options{Prefix: prefix, WarmUp: true, Horizon: 100 * time.Millisecond,
+				Providers: map[string]gate.Provider{prov: {Algorithm: algo, Policies: policies}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		steps := []struct {
+			name string
+			l    *gate.Limiter
+			warm bool
+		}{
+			{"first use", mk(gate.SlidingLog, pol(5, time.Second)), true},
+			{"same again", mk(gate.SlidingLog, pol(5, time.Second)), false},
+			{"sliding log, new limits", mk(gate.SlidingLog, pol(7, 2*time.Second)), false},
+			{"now a token bucket", mk(gate.TokenBucket, pol(5, time.Second)), true},
+			{"token bucket, new window", mk(gate.TokenBucket, pol(5, 2*time.Second)), true},
+		}
+		for i, st := range steps {
+			if _, err := rdb.Del(context.Background(), prefix+":{"+prov+"}:pause").Result(); err != nil {
+				t.Fatal(err)
+			}
+			v := mustReserve(t, st.l, fmt.Sprint("j", i), 1, 0)
+			if warm := !v.Allowed && v.Paused; warm != st.warm {
+				t.Fatalf("%s: %+v, want a warm-up: %v", st.name, v, st.warm)
+			}
+		}
+	})
 }

@@ -23,6 +23,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/providers/sim"
 )
@@ -144,10 +145,30 @@ func (f *fleet) established() {
 	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
 	defer rdb.Close()
 	for p := range f.sims {
-		if err := rdb.Set(context.Background(), f.x+":{"+p+"}:epoch", time.Now().UnixMicro(), time.Hour).Err(); err != nil {
+		keys := f.gateKeys(p)
+		if err := rdb.Set(context.Background(), keys[len(keys)-1], time.Now().UnixMicro(), time.Hour).Err(); err != nil {
 			f.t.Fatal(err)
 		}
 	}
+}
+
+// gateKeys are the Redis keys of a provider's gate state, as the fleet's workers name them (the epoch last).
+func (f *fleet) gateKeys(provider string) []string {
+	f.t.Helper()
+	c, err := config.Load(f.cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	l, rdb, err := newGate(c, true)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer rdb.Close()
+	keys, err := l.Keys(provider)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return keys
 }
 
 func (f *fleet) env() []string {

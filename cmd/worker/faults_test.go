@@ -225,11 +225,11 @@ func TestFaultRedis(t *testing.T) {
 	rp.start()
 	// The first decision after it finds no epoch and warms up: the provider is paused (the key lives one
 	// second past the pause's end) for 1s + margin + max_inline_wait.
-	tag := f.x + ":{acme}:"
+	keys := f.gateKeys("acme")
 	f.waitFor("the first decision after the restart", 10*time.Second, func() bool {
-		return rp.rdb.Exists(context.Background(), tag+"epoch").Val() == 1
+		return rp.rdb.Exists(context.Background(), keys[len(keys)-1]).Val() == 1
 	})
-	if ttl := rp.rdb.PTTL(context.Background(), tag+"pause").Val(); ttl < 1500*time.Millisecond {
+	if ttl := rp.rdb.PTTL(context.Background(), keys[1]).Val(); ttl < 1500*time.Millisecond {
 		t.Errorf("no warm-up pause after the restart: the pause key's TTL is %v", ttl)
 	}
 	f.waitAccepted("acme", 400, 2*time.Minute)

@@ -750,3 +750,22 @@ func TestDeniedMoveKeepsExpiry(t *testing.T) {
 		}
 	})
 }
+
+// Found in review: fixed_window hands slots out first come, first served too: a small job asking after a
+// larger one was reserved in the next window does not go before it in the current one.
+func TestFixedWindowFirstComeFirstServed(t *testing.T) {
+	eachAlgorithm(t, []gate.Algorithm{gate.FixedWindow}, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		l := newAlgo(t, rdb, algo, 0, pol(5, time.Hour))
+		awayFromEdges(t, rdb, algo, time.Minute, time.Hour)
+		if a := mustReserve(t, l, "a", 4, 0); !a.Allowed {
+			t.Fatalf("a: %+v", a)
+		}
+		b := mustReserve(t, l, "b", 2, 2*time.Hour)
+		if !b.Allowed || b.Delay == 0 {
+			t.Fatalf("b: %+v, want a slot in the next window", b)
+		}
+		if c := mustReserve(t, l, "c", 1, 2*time.Hour); !c.Allowed || c.Slot().Before(b.Slot()) {
+			t.Fatalf("c %+v went before b (%v), which asked first", c, b.Slot())
+		}
+	})
+}

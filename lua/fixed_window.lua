@@ -41,6 +41,10 @@ end
 
 local function count(i, k) return counts[i][int(k)] or 0 end
 
+-- Slots are handed out first come, first served: a later job never goes in an earlier window than one
+-- reserved before it (the id record's newest slot is where the search starts).
+algo.fcfs = true
+
 function algo.earliest(from, n)
   local slot, blocker = from, nil
   -- Each pass moves the slot to the start of a later window; windows past the last counted one have room.

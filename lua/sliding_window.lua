@@ -15,8 +15,9 @@
 -- case error against the exact log is one bucket of time, that is L per W + m + g instead of L per W + m
 -- under steady overload (B/(B+1) of the budget with m = 0; 90.9% at B = 10).
 --
--- Reservations: slots are first come, first served (never before the id record's newest slot). The sum
--- over buckets from k - B on only falls as k grows, so the earliest slot is the start of the first bucket
+-- Reservations: slots are first come, first served without reading the id record: a bucket's count sums
+-- every bucket from k - B on, later ones (reservations) included, so no job finds room before a slot
+-- already reserved. That sum only falls as k grows, so the earliest slot is the start of the first bucket
 -- where enough units have left: found in one pass over the buckets.
 --
 -- Release and moves take a job's units out of the bucket they went into while it still counts (exact).

@@ -209,6 +209,8 @@ type footprintResult struct {
 	bytesPerJob float64
 }
 
+// runFootprint measures a worker at steady state: its gate's warm-up is off, since a fresh prefix would
+// otherwise hold the provider for its first seconds (gate.warmup) and the run would not be at full budget.
 func runFootprint(ctx context.Context, rdb redis.UniversalClient, redisAddr, amqpURL string, runFor time.Duration) (footprintResult, error) {
 	var res footprintResult
 	dir, err := os.MkdirTemp("", "paygate-bench-")
@@ -230,6 +232,7 @@ func runFootprint(ctx context.Context, rdb redis.UniversalClient, redisAddr, amq
 	cfg := filepath.Join(dir, "config.yaml")
 	yaml := fmt.Sprintf(`http: {listen: "127.0.0.1:0"}
 redis: {addrs: [%q], key_prefix: %s}
+gate: {warmup: false}
 broker: {kind: rabbitmq, rabbitmq: {exchange: %s}}
 worker: {delay_tiers: [1s, 5s]}
 providers:

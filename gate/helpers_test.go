@@ -83,7 +83,29 @@ func uniquePrefix(t testing.TB) string {
 		t.Fatal(err)
 	}
 	name := strings.NewReplacer("/", "-", " ", "_", "{", "", "}", "").Replace(t.Name())
-	return "test-" + name + "-" + hex.EncodeToString(b[:])
+	prefix := "test-" + name + "-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() { dropKeys(prefix) })
+	return prefix
+}
+
+// dropKeys deletes a test's keys from the single node and every cluster node: most expire on their own,
+// but an epoch key (the warm-up's) never does.
+func dropKeys(prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	drop := func(rdb *redis.Client) error {
+		keys, err := rdb.Keys(ctx, prefix+":*").Result()
+		for _, k := range keys {
+			rdb.Del(ctx, k)
+		}
+		return err
+	}
+	single := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer single.Close()
+	_ = drop(single)
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs()})
+	defer cluster.Close()
+	_ = cluster.ForEachMaster(ctx, func(ctx context.Context, rdb *redis.Client) error { return drop(rdb) })
 }
 
 const prov = "acme"

@@ -292,6 +292,13 @@ func (f *fleet) cleanup() {
 		tiers = append(tiers, d)
 	}
 	_ = rabbitmq.DeleteTopology(amqpURL(), rabbitmq.TopologyOf(f.x, providers, tiers))
+	// The gate's keys expire on their own, but for the warm-up's epoch keys, which never do.
+	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	defer rdb.Close()
+	ctx := context.Background()
+	for _, k := range rdb.Keys(ctx, f.x+":*").Val() {
+		rdb.Del(ctx, k)
+	}
 }
 
 func (f *fleet) waitFor(what string, timeout time.Duration, cond func() bool) {

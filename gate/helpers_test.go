@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,21 +92,28 @@ func uniquePrefix(t testing.TB) string {
 // dropKeys deletes a test's keys from the single node and every cluster node: most expire on their own,
 // but an epoch key (the warm-up's) never does.
 func dropKeys(prefix string) {
+	cleaners.once.Do(func() {
+		cleaners.single = redis.NewClient(&redis.Options{Addr: redisAddr()})
+		cleaners.cluster = redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs()})
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	drop := func(rdb *redis.Client) error {
+	drop := func(ctx context.Context, rdb *redis.Client) error {
 		keys, err := rdb.Keys(ctx, prefix+":*").Result()
 		for _, k := range keys {
 			rdb.Del(ctx, k)
 		}
 		return err
 	}
-	single := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	defer single.Close()
-	_ = drop(single)
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs()})
-	defer cluster.Close()
-	_ = cluster.ForEachMaster(ctx, func(ctx context.Context, rdb *redis.Client) error { return drop(rdb) })
+	_ = drop(ctx, cleaners.single)
+	_ = cleaners.cluster.ForEachMaster(ctx, drop)
+}
+
+// cleaners are dropKeys' clients, shared by every test of the package.
+var cleaners struct {
+	once    sync.Once
+	single  *redis.Client
+	cluster *redis.ClusterClient
 }
 
 const prov = "acme"

@@ -722,7 +722,8 @@ func guarantee(algo gate.Algorithm, log []entry, p gate.Policy, margin time.Dura
 			var sum float64
 			for j := i; j < len(log); j++ {
 				sum += float64(log[j].cost)
-				d := float64(log[j].slot - log[i].slot)
+				// Slots are whole µs while a unit's period (W+m)/L need not be: allow each slot its µs of rounding.
+				d := float64(log[j].slot-log[i].slot) + 2
 				if bound := L*W/(W+m) + d*L/(W+m); sum > bound+1e-6 {
 					return fmt.Errorf("%.0f units in %.0fµs from %d, bound %.3f", sum, d, log[i].slot, bound)
 				}

@@ -106,6 +106,42 @@ local function expire(key, ms) redis.call('PEXPIRE', key, int(math.ceil(ms))) en
 
 local algo = {}
 
+-- tightest returns the smallest room_of(i) over the policies and its policy (1-based): algo.room's shape.
+local function tightest(room_of)
+  local room, index = nil, 1
+  for i = 1, P do
+    local r = room_of(i)
+    if room == nil or r < room then room, index = r, i end
+  end
+  return room, index
+end
+
+-- counter_undo is give_back and take_back for the counters (sliding_window, fixed_window), over their
+-- index_of(i, slot) (bucket or window), count(i, k), add(i, k, n) and keep(i) (sets the hash's expiry).
+-- give_back takes a job's units out of the counter its slot fell in, while that counter still counts;
+-- take_back puts them back (a denied move) and sets the expiry again: give_back may have emptied the
+-- hash (HDEL of its last field deletes the key), and HINCRBY makes it anew without one.
+local function counter_undo(index_of, count, add, keep)
+  local function give_back(slot, n)
+    local taken = {}
+    for i = 1, P do
+      local k = index_of(i, slot)
+      if count(i, k) > 0 then
+        taken[i] = {k, math.min(n, count(i, k))}
+        add(i, k, -taken[i][2])
+      end
+    end
+    return taken
+  end
+  local function take_back(taken)
+    for i, x in pairs(taken or {}) do
+      add(i, x[1], x[2])
+      keep(i)
+    end
+  end
+  return give_back, take_back
+end
+
 -- undoable is the state of token_bucket, gcra and leaky_bucket: one hash of numbers (v:<name>, for the
 -- given names) and the undo record of the newest admission (last = its id, last_slot, u:<name> = the
 -- numbers before it), so that a release or move of that admission restores exactly what it changed. An

@@ -94,34 +94,10 @@ end
 
 function algo.force() error('paygate: force is only for token_bucket') end
 
-function algo.give_back(slot, n)
-  local taken = {}
-  for i = 1, P do
-    local k = window(i, slot)
-    if count(i, k) > 0 then
-      taken[i] = {k, math.min(n, count(i, k))}
-      add(i, k, -taken[i][2])
-    end
-  end
-  return taken
-end
-
-function algo.take_back(taken)
-  -- give_back may have emptied a hash (HDEL of its last field deletes the key): HINCRBY makes it anew,
-  -- without an expiry, so set it again.
-  for i, x in pairs(taken or {}) do
-    add(i, x[1], x[2])
-    keep(i)
-  end
-end
+algo.give_back, algo.take_back = counter_undo(window, count, add, keep)
 
 function algo.room(at)
-  local room, index = nil, 1
-  for i = 1, P do
-    local r = math.max(0, limits[i] - count(i, window(i, at)))
-    if room == nil or r < room then room, index = r, i end
-  end
-  return room, index
+  return tightest(function(i) return math.max(0, limits[i] - count(i, window(i, at))) end)
 end
 
 local function reset_of(i)

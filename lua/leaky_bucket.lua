@@ -59,12 +59,7 @@ local function room(i, at) return limits[i] - math.max(0, tat(i) - at) / T[i] en
 
 -- The verdict's remaining is the queue's room now (after this job), wherever the job's slot is.
 function algo.room(_)
-  local r, index = nil, 1
-  for i = 1, P do
-    local x = math.max(0, math.floor(room(i, now) + EPS))
-    if r == nil or x < r then r, index = x, i end
-  end
-  return r, index
+  return tightest(function(i) return math.max(0, math.floor(room(i, now) + EPS)) end)
 end
 
 function algo.reset_after()

@@ -107,37 +107,18 @@ end
 
 function algo.force() error('paygate: force is only for token_bucket') end
 
-function algo.give_back(slot, n)
-  local taken = {}
-  for i = 1, P do
-    local k = bucket(i, slot)
-    for _, e in ipairs(counts[i]) do
-      if e[1] == k then
-        taken[i] = {k, math.min(n, e[2])}
-        add(i, k, -taken[i][2])
-        break
-      end
-    end
+-- count is the units bucket k of policy i holds.
+local function count(i, k)
+  for _, e in ipairs(counts[i]) do
+    if e[1] == k then return e[2] end
   end
-  return taken
+  return 0
 end
 
-function algo.take_back(taken)
-  -- give_back may have emptied a hash (HDEL of its last field deletes the key): HINCRBY makes it anew,
-  -- without an expiry, so set it again.
-  for i, x in pairs(taken or {}) do
-    add(i, x[1], x[2])
-    keep(i)
-  end
-end
+algo.give_back, algo.take_back = counter_undo(bucket, count, add, keep)
 
 function algo.room(at)
-  local room, index = nil, 1
-  for i = 1, P do
-    local r = math.max(0, limits[i] - from_bucket(i, bucket(i, at) - buckets))
-    if room == nil or r < room then room, index = r, i end
-  end
-  return room, index
+  return tightest(function(i) return math.max(0, limits[i] - from_bucket(i, bucket(i, at) - buckets)) end)
 end
 
 local function reset_of(i)

@@ -78,12 +78,7 @@ function algo.give_back(slot, _) return state.give_back(slot) end
 function algo.take_back(token) state.take_back(token) end
 
 function algo.room(at)
-  local room, index = nil, 1
-  for i = 1, P do
-    local r = math.max(0, math.floor(tokens(i, at) + EPS))
-    if room == nil or r < room then room, index = r, i end
-  end
-  return room, index
+  return tightest(function(i) return math.max(0, math.floor(tokens(i, at) + EPS)) end)
 end
 
 local function full_after(i)

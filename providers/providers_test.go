@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,7 +366,13 @@ func TestSecretNeverLeaks(t *testing.T) {
 }
 
 // The transport keeps connections alive: a burst of concurrent requests opens at most Concurrency
-// connections, and later bursts reuse them.
+// connections (plus the spare dialer's few), and every request of a later burst reuses one.
+//
+// A connection goes back to the idle pool just after its response is read, on the transport's own
+// goroutine. Each burst therefore waits until the transport reports every connection back in the pool
+// (httptrace PutIdleConn) before the next one starts: with a fixed sleep instead, a loaded machine
+// (make test runs packages side by side) sometimes started the next burst first, and the transport
+// dialled a new connection that the test took for a keep-alive failure.
 func TestConnectionPooling(t *testing.T) {
 	var mu sync.Mutex
 	var opened int
@@ -380,37 +388,56 @@ func TestConnectionPooling(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	const conc = 16
+	const conc, bursts = 16, 5
 	cl := newClient(t, providerConfig(srv.URL), providers.Options{Concurrency: conc})
-	openedNow := func() int { mu.Lock(); defer mu.Unlock(); return opened }
-	var afterFirst int
-	for burst := range 5 {
+	var fresh, pooled atomic.Int64 // requests on a connection never used before; connections back in the pool
+	var refused atomic.Value
+	trace := &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if !info.Reused {
+				fresh.Add(1)
+			}
+		},
+		PutIdleConn: func(err error) {
+			if err != nil {
+				refused.Store(err)
+				return
+			}
+			pooled.Add(1)
+		},
+	}
+	ctx := httptrace.WithClientTrace(context.Background(), trace)
+	for burst := range bursts {
 		var wg sync.WaitGroup
 		for i := range conc {
 			wg.Go(func() {
-				if err := cl.Dispatch(context.Background(), payment(fmt.Sprint(burst, "-", i))); err != nil {
+				if err := cl.Dispatch(ctx, payment(fmt.Sprint(burst, "-", i))); err != nil {
 					t.Error(err)
 				}
 			})
 		}
 		wg.Wait()
-		// A connection goes back to the idle pool just after its response is read, on the transport's own
-		// goroutine: give it a moment, as any real gap between requests would. (Found flaky under load.)
-		time.Sleep(20 * time.Millisecond)
-		if burst == 0 {
-			// Let spare refills land: wait until the count holds still.
-			for prev, deadline := -1, time.Now().Add(2*time.Second); openedNow() != prev && time.Now().Before(deadline); {
-				prev = openedNow()
-				time.Sleep(100 * time.Millisecond)
+		want := int64((burst + 1) * conc)
+		for deadline := time.Now().Add(10 * time.Second); pooled.Load() < want && refused.Load() == nil; {
+			if time.Now().After(deadline) {
+				t.Fatalf("burst %d: %d of %d connections back in the idle pool after 10s", burst, pooled.Load(), want)
 			}
-			afterFirst = openedNow()
+			time.Sleep(time.Millisecond)
+		}
+		if err := refused.Load(); err != nil {
+			t.Fatalf("burst %d: the transport refused a connection to its idle pool: %v", burst, err)
+		}
+		if burst == 0 {
+			fresh.Store(0)
 		}
 	}
-	if afterFirst > conc+4 {
-		t.Fatalf("%d connections for %d concurrent requests (plus 4 spares)", afterFirst, conc)
+	if n := fresh.Load(); n != 0 {
+		t.Fatalf("later bursts took %d connections never used before: keep-alive not reused", n)
 	}
-	if n := openedNow(); n != afterFirst {
-		t.Fatalf("later bursts opened %d more connections: keep-alive not reused", n-afterFirst)
+	mu.Lock()
+	defer mu.Unlock()
+	if opened > conc+4 {
+		t.Fatalf("%d connections for %d concurrent requests (plus 4 spares)", opened, conc)
 	}
 }
 

@@ -1,7 +1,7 @@
 # paygate. `make test` is the test command CI runs (.ci/run); it starts the servers the tests need.
 GO ?= go
 
-.PHONY: test test-faults services vet fmt build bench bench-quick bench-gate clean
+.PHONY: test test-repeat test-faults services vet fmt build bench bench-quick bench-gate clean
 
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
 # machine to itself: they run after the other packages, not beside them. Then ten seconds of fuzzing the
@@ -11,6 +11,12 @@ test: services fmt vet
 	$(GO) test -race -count=1 -timeout 8m -skip '^TestFault' ./cmd/worker
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./job
 	$(MAKE) test-faults
+
+# make test N times in a row, each on a fresh clone of HEAD as CI runs it, then every failure by run and test
+# name: for hunting flaky tests (commit first: the clones see HEAD, not the work tree).
+N ?= 3
+test-repeat:
+	scripts/test-repeat.sh $(N)
 
 # The fault suite (README, Reliability): Redis flushed, paused, down and restarted; broker connections cut
 # and the broker restarted; a worker killed -9 mid-dispatch; provider 500s, hangs, 429 storms and an

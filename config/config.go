@@ -128,6 +128,12 @@ type Provider struct {
 	Algorithm string `mapstructure:"algorithm"`
 	// Buckets is sliding_window's number of sub-windows per limit window (default 10); only for it.
 	Buckets int `mapstructure:"buckets"`
+	// Burst is how many units of cost may go at one moment (default 1). Slots are paced: the shortest
+	// window plus gate.margin, shared out evenly over its limit, so that a fleet wakes one job at a time
+	// and the provider sees a steady stream; burst N lets N share a moment. At most the shortest window's
+	// limit (which turns pacing off for it). Longer windows, and a shortest window over 1m, are quotas:
+	// counted exactly, never paced.
+	Burst int64 `mapstructure:"burst"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
@@ -151,6 +157,7 @@ const (
 	DefaultAlgorithm         = "sliding_log"
 	DefaultBuckets           = 10 // sliding_window's sub-windows per limit window
 	MaxBuckets               = 100
+	DefaultBurst             = 1 // paced: one unit at a time
 	DefaultIdempotencyHeader = "Idempotency-Key"
 	DefaultRetryAfter        = time.Second
 	DefaultRetryAfterMax     = time.Hour
@@ -167,6 +174,9 @@ func (pr Provider) WithDefaults() Provider {
 	}
 	if pr.Algorithm == "sliding_window" && pr.Buckets == 0 {
 		pr.Buckets = DefaultBuckets
+	}
+	if pr.Burst == 0 {
+		pr.Burst = DefaultBurst
 	}
 	pr.Method = strings.ToUpper(pr.Method)
 	if pr.IdempotencyHeader == "" {
@@ -721,6 +731,10 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		}
 		seen[l.Per] = i
 	}
+	if shortest, ok := pr.shortestLimit(); ok {
+		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Requests, path+".burst",
+			"must be 1..%d (the requests of the shortest limit, %d per %s), got %d", shortest.Requests, shortest.Requests, shortest.Per, pr.Burst)
+	}
 	p.check(slices.Contains([]string{"POST", "PUT", "PATCH"}, pr.Method), path+".method", "must be POST, PUT or PATCH, got %q", pr.Method)
 	for h := range pr.Headers {
 		p.check(headerName.MatchString(h), path+".headers."+h, "must be an HTTP header name")
@@ -740,6 +754,21 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	}
 	p.check(pr.RetryAfterDefault > 0, path+".retry_after_default", "must be > 0, got %s", pr.RetryAfterDefault)
 	p.check(pr.RetryAfterMax >= pr.RetryAfterDefault, path+".retry_after_max", "must be >= retry_after_default (%s), got %s", pr.RetryAfterDefault, pr.RetryAfterMax)
+}
+
+// shortestLimit is the limit the provider is paced by: the shortest window (the fewest requests among
+// limits of that window), as the gate picks it; false when the limits are not valid yet.
+func (pr Provider) shortestLimit() (Limit, bool) {
+	var best Limit
+	for _, l := range pr.Limits {
+		if l.Requests < 1 || l.Per <= 0 {
+			return Limit{}, false
+		}
+		if best.Per == 0 || l.Per < best.Per || (l.Per == best.Per && l.Requests < best.Requests) {
+			best = l
+		}
+	}
+	return best, best.Per > 0
 }
 
 // ProviderNames returns the configured providers' names, sorted.

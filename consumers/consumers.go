@@ -11,6 +11,7 @@
 //	gate unreachable                 -> deferred (fail closed, never dispatched unguarded)
 //	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
 //	  since it was reserved (NotePause)
+//	woke late MaxLateTries times     -> slot released, deferred (not an attempt): never sent late
 //	provider 2xx                     -> ack
 //	provider throttles (429)         -> gate.Pause for the whole cluster, deferred (not an attempt)
 //	transient failure                -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts
@@ -254,8 +255,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		// Redis chose the slot at its "now", somewhere between asking and the answer. Sleeping Delay from
 		// the answer is never early; lateness counts from the earliest the slot can be (asking + Delay), so
-		// a slow round trip to Redis counts in full. If that keeps every job late, the fallback below
-		// sends it anyway after MaxLateTries, so nothing stalls.
+		// a slow round trip to Redis counts in full.
 		if !Sleep(ctx, v.Delay) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
@@ -266,23 +266,24 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			break
 		}
 		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
-		if try == MaxLateTries {
-			// Still late after re-reserving: this process cannot keep within the margin (starved CPU, slow
-			// Redis). Go on rather than stall every job, and say so.
-			w.lateLog.warn(w.log, "dispatching later than gate.margin/2 after repeated re-reservations: raise gate.margin or give the worker more CPU",
-				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", w.cfg.LateLimit))
-			break
-		}
-		if v.Duplicate || v.Moved {
-			// Not this delivery's to release: a duplicate's entry may stand for a request the first
-			// delivery sent, a moved one for whichever of its requests the provider counts. Asking again
-			// moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
-			continue
-		}
 		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
 		// one window later. Give the slot back and ask again, so the log records what the provider sees.
-		if err := w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()); err != nil {
-			s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
+		// Not a duplicate's or a moved job's to release: a duplicate's entry may stand for a request the
+		// first delivery sent, a moved one for whichever of its requests the provider counts. Asking
+		// again moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
+		if !v.Duplicate && !v.Moved {
+			if err := w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()); err != nil {
+				s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
+				return
+			}
+		}
+		if try == MaxLateTries {
+			// Still late after re-reserving: this process cannot keep within the margin now (a starved
+			// CPU, a slow Redis). Sending late could exceed the provider's limit, which is never done:
+			// the job goes back to the broker for a while (not an attempt), and the log says why.
+			w.lateLog.warn(w.log, "woke later than gate.margin/2 after repeated re-reservations: job deferred; raise gate.margin or give the worker more CPU",
+				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", w.cfg.LateLimit))
+			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than gate.margin/2 (%s)", s.late.Round(time.Microsecond), try, w.cfg.LateLimit))
 			return
 		}
 	}

@@ -272,6 +272,9 @@ func (e *env) newWorker(ctx context.Context, o Options, n int, st *gateStats) (*
 			policies[p.Name] = pr
 			cfg.Limits = append(cfg.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
 		}
+		pr := policies[p.Name]
+		pr.Burst = cfg.Burst // paced, as a worker run with this provider's defaults is
+		policies[p.Name] = pr
 		maxCost[p.Name] = policies[p.Name].Policies[0].Limit
 		cl, err := providers.New(p.Name, cfg, providers.Options{Concurrency: concurrency, Logger: log})
 		if err != nil {

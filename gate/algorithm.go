@@ -54,6 +54,12 @@ type Provider struct {
 	// Buckets is SlidingWindow's number of sub-windows per policy window, 1..MaxBuckets (0:
 	// DefaultBuckets). It must be 0 for the other algorithms.
 	Buckets int
+	// Burst paces the provider's slots: 0 hands out every slot the algorithm allows (a window's worth may
+	// share one instant); N >= 1 spaces slots (shortest window + margin) / limit apart per unit of cost,
+	// N units at most at one moment, so that a fleet wakes one job at a time and the provider sees a
+	// steady stream. At most the limit of the shortest window. Longer windows, and a shortest one longer
+	// than MaxPacedWindow, are quotas: counted exactly, never paced.
+	Burst int64
 }
 
 // Every algorithm but sliding_log is one script: family.lua (ids, duplicates, moves, pause, release,

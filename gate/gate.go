@@ -143,6 +143,8 @@ type provider struct {
 	args     []any
 	warmup   int64 // µs; 0: off
 	minLimit int64
+	// pace is the µs between slots per unit of cost (0: not paced); tolerance, (burst-1) * pace
+	pace, tolerance int64
 }
 
 // New returns a Limiter that keeps its state in rdb: a single node, a Sentinel-managed primary or a Redis
@@ -233,18 +235,62 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		}
 		p.warmup = micros(shortest + margin + min(opts.Horizon, MaxHorizon))
 	}
+	pace, tolerance, err := paceOf(name, policies, margin, spec.Burst)
+	if err != nil {
+		return provider{}, err
+	}
 	if algo == SlidingLog {
-		p.args = []any{micros(margin)}
+		p.args = []any{micros(margin), pace, tolerance}
 	} else {
-		p.args = []any{micros(margin), micros(min(dedup, longest+margin)), buckets, p.warmup}
+		p.args = []any{micros(margin), micros(min(dedup, longest+margin)), buckets, p.warmup, pace, tolerance}
 	}
 	for _, pol := range policies {
 		p.args = append(p.args, pol.Limit, micros(pol.Window))
 	}
 	tag := opts.Prefix + ":{" + name + "}:"
 	p.keys = keysFor(tag, algo, policies, margin, buckets)
-	p.keys = append(p.keys, tag+"epoch:"+stateShape(tag, algo, policies, p.keys)) // the epoch is always last
+	shape := stateShape(tag, algo, policies, p.keys) // the pace is not part of the counted state
+	p.keys = append(p.keys, tag+"pace", tag+"epoch:"+shape) // the pace next to last, the epoch always last
+	p.pace, p.tolerance = pace, tolerance
 	return p, nil
+}
+
+// MaxPacedWindow is the longest window a provider is paced by: a longer one (an hourly or daily cap) is a
+// quota, counted exactly but never spread out over its window.
+const MaxPacedWindow = time.Minute
+
+// paceOf returns a provider's pace (µs per unit of cost) and its burst tolerance (µs) for Provider.Burst:
+// the provider's shortest window plus the margin, shared out evenly over its limit (the smallest limit
+// among policies of that window). Longer windows, and a shortest one longer than MaxPacedWindow, are
+// quotas: counted exactly, never paced. burst 0 turns pacing off.
+func paceOf(name string, policies []Policy, margin time.Duration, burst int64) (pace, tolerance int64, err error) {
+	if burst == 0 {
+		return 0, 0, nil
+	}
+	shortest := policies[0]
+	for _, pol := range policies[1:] {
+		if pol.Window < shortest.Window || (pol.Window == shortest.Window && pol.Limit < shortest.Limit) {
+			shortest = pol
+		}
+	}
+	if burst < 0 || burst > shortest.Limit {
+		return 0, 0, fmt.Errorf("gate: provider %s: burst must be 0..%d (the limit of its shortest window, %s), got %d", name, shortest.Limit, shortest, burst)
+	}
+	if shortest.Window > MaxPacedWindow {
+		return 0, 0, nil
+	}
+	pace = (micros(shortest.Window+margin) + shortest.Limit - 1) / shortest.Limit
+	return pace, (burst - 1) * pace, nil
+}
+
+// Pace returns how far apart a provider's slots are handed out, per unit of cost (0: not paced), and how
+// many units may share one moment (Provider.Burst).
+func (l *Limiter) Pace(providerName string) (every time.Duration, burst int64, err error) {
+	p, err := l.provider(providerName)
+	if err != nil || p.pace == 0 {
+		return 0, 0, err
+	}
+	return time.Duration(p.pace) * time.Microsecond, p.tolerance/p.pace + 1, nil
 }
 
 // stateShape names the layout a provider's state is kept in: its keys, and for the buckets the windows

@@ -9,6 +9,8 @@
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   ids whose request was accepted though not settled (sent.lua)
 -- KEYS[4..] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs), as in
+--                                                sliding_log.lua (ARGV[11], ARGV[12])
 -- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires
 --
 -- ARGV[1] -> op: 'reserve', 'release' or 'status' (status changes nothing)
@@ -24,7 +26,11 @@
 -- ARGV[10] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
 --             persistence, or this is the provider's first decision), reserve pauses the provider this
 --             long before anything is admitted, as sliding_log.lua does; 0: off
--- ARGV[11], ARGV[12] -> limit, window µs of policy 0; ARGV[13], ARGV[14] -> policy 1; and so on
+-- ARGV[11] -> pace µs per unit of cost (0: not paced): reserve never gives a slot before the pace's arrival
+--             time KEYS[#KEYS-1] less the tolerance, and an admission of cost c at slot s moves that time to
+--             max(it, s) + c * pace (GCRA over slots), as sliding_log.lua does
+-- ARGV[12] -> tolerance µs: (burst - 1) * pace
+-- ARGV[13], ARGV[14] -> limit, window µs of policy 0; ARGV[15], ARGV[16] -> policy 1; and so on
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us}, as sliding_log.lua does:
@@ -76,12 +82,13 @@ local margin = tonumber(ARGV[7])
 local dedup = tonumber(ARGV[8])
 local buckets = tonumber(ARGV[9])
 local warmup = tonumber(ARGV[10])
+local pace, tolerance = tonumber(ARGV[11]), tonumber(ARGV[12])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local limits, windows = {}, {}
-for i = 11, #ARGV, 2 do
+for i = 13, #ARGV, 2 do
   limits[#limits + 1] = tonumber(ARGV[i])
   windows[#windows + 1] = tonumber(ARGV[i + 1])
   if op == 'reserve' and cost > limits[#limits] then
@@ -275,6 +282,11 @@ local function run()
   end
 
   local from = math.max(now, pause_until)
+  local tat = 0
+  if pace > 0 and not forced then
+    tat = tonumber(redis.call('GET', KEYS[#KEYS - 1]) or 0)
+    from = math.max(from, tat - tolerance)
+  end
   local slot, blocker, hold = from, nil, 0
   if not forced then
     if algo.fcfs then
@@ -296,6 +308,10 @@ local function run()
   end
   if forced then algo.force(slot, cost) else algo.commit(slot, cost) end
   algo.save()
+  if pace > 0 then
+    tat = math.max(tat, slot) + cost * pace
+    redis.call('SET', KEYS[#KEYS - 1], int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
+  end
   local members = {id}
   for k = 2, cost do members[k] = id .. '\0' .. k end
   record(slot, members)

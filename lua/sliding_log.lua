@@ -5,18 +5,24 @@
 --                                                k-th (k >= 2; job ids never contain NUL)
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   ids whose request was accepted though not settled (sent.lua)
--- KEYS[4] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires (last,
+-- KEYS[4] -> <prefix>:{<provider>}:pace   STRING the pace's theoretical arrival time (µs): paced slots are
+--                                                at or after it less the burst tolerance (ARGV[8])
+-- KEYS[5] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires (last,
 --                                                as in family.lua)
 --
 -- ARGV[1] -> job id (1..600 bytes, no NUL)
 -- ARGV[2] -> cost: integer >= 1 and <= every limit
 -- ARGV[3] -> max wait µs: the latest acceptable slot is now + max wait (0: now or never)
 -- ARGV[4] -> stale µs: a duplicate whose slot is more than this before now is moved (see below); 0: never
--- ARGV[5] -> warm-up µs: when KEYS[4] is missing (the state was lost, say a Redis restart without
+-- ARGV[5] -> warm-up µs: when KEYS[5] is missing (the state was lost, say a Redis restart without
 --            persistence, or this is the provider's first decision), the provider is paused this long
 --            before anything is admitted; 0: off
 -- ARGV[6] -> margin µs, added to every window
--- ARGV[7], ARGV[8] -> limit, window µs of policy 0; ARGV[9], ARGV[10] -> policy 1; and so on
+-- ARGV[7] -> pace µs per unit of cost (0: not paced): a slot is never before the pace's arrival time KEYS[4]
+--            less the tolerance, and an admission of cost c at slot s moves that time to max(it, s) + c * pace
+--            (GCRA over slots), so that slots come pace apart rather than a window's worth at one instant
+-- ARGV[8] -> tolerance µs: (burst - 1) * pace, how many units may share a moment
+-- ARGV[9], ARGV[10] -> limit, window µs of policy 0; ARGV[11], ARGV[12] -> policy 1; and so on
 --
 -- Returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us, moved,
 --          reset_after_us} (the reply of every algorithm; family.lua gives the others the same)
@@ -56,12 +62,13 @@ local max_wait = tonumber(ARGV[3])
 local stale = tonumber(ARGV[4])
 local warmup = tonumber(ARGV[5])
 local margin = tonumber(ARGV[6])
+local pace, tolerance = tonumber(ARGV[7]), tonumber(ARGV[8])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local limits, windows, longest = {}, {}, 0
-for i = 7, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   local n = #limits + 1
   limits[n] = tonumber(ARGV[i])
   windows[n] = tonumber(ARGV[i + 1]) + margin
@@ -98,7 +105,7 @@ end
 local pause_until = tonumber(redis.call('GET', pause) or 0)
 -- Warm-up: no epoch means the log may have lost what the provider still counts. Hold the provider until
 -- nothing admitted or reserved before the loss can share a window with what is admitted after it.
-if warmup > 0 and redis.call('SET', KEYS[4], string.format('%d', now), 'NX') then
+if warmup > 0 and redis.call('SET', KEYS[5], string.format('%d', now), 'NX') then
   if now + warmup > pause_until then
     pause_until = now + warmup
     redis.call('SET', pause, string.format('%d', pause_until), 'PX', string.format('%d', math.ceil(warmup / 1000) + 1000))
@@ -137,6 +144,11 @@ local slot = now
 local tail = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')[2]
 if tail then tail = tonumber(tail); slot = math.max(slot, tail) end
 slot = math.max(slot, pause_until)
+local tat = 0
+if pace > 0 then
+  tat = tonumber(redis.call('GET', KEYS[4]) or 0)
+  slot = math.max(slot, tat - tolerance)
+end
 local blocker, blocker_at = nil, now
 for i = 1, #limits do
   if count(i, slot) + cost > limits[i] then
@@ -173,4 +185,8 @@ for k = 2, cost do
 end
 redis.call('ZADD', log, unpack(args))
 redis.call('PEXPIRE', log, string.format('%d', math.ceil((wait + longest) / 1000) + 1000))
+if pace > 0 then
+  tat = math.max(tat, slot) + cost * pace
+  redis.call('SET', KEYS[4], string.format('%d', tat), 'PX', string.format('%d', math.ceil((tat - now) / 1000) + 1000))
+end
 return {1, 0, wait, 0, room, blocker or index, now, paused, old, moved, reset_after(slot)}

@@ -4,7 +4,8 @@
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 --
 -- ARGV[1] -> margin µs, added to every window
--- ARGV[2], ARGV[3] -> limit, window µs of policy 0; and so on
+-- ARGV[2], ARGV[3] -> pace, tolerance µs (sliding_log.lua's; unused here)
+-- ARGV[4], ARGV[5] -> limit, window µs of policy 0; and so on
 --
 -- Returns {now_us, paused_until_us, units, used_0, reserved_0, remaining_0, reset_after_us_0, used_1, ...}
 --   (the shape of every algorithm's status; family.lua gives the others the same)
@@ -26,7 +27,7 @@ local newest = tonumber(redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')[2] or 0
 local reserved = redis.call('ZCOUNT', log, now + 1, '+inf')
 
 local reply = {now, paused_until, redis.call('ZCARD', log)}
-for i = 2, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local window = tonumber(ARGV[i + 1]) + margin
   local counted = redis.call('ZCOUNT', log, now - window + 1, '+inf')
   local reset = 0

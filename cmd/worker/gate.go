@@ -118,7 +118,7 @@ func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClien
 	rdb := redis.NewUniversalClient(opts)
 	ps := make(map[string]gate.Provider, len(c.Providers))
 	for name, p := range c.Providers {
-		ps[name] = gate.Provider{Policies: policies(p), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets}
+		ps[name] = gate.Provider{Policies: policies(p), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst}
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, Providers: ps}
 	if worker {

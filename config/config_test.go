@@ -102,6 +102,10 @@ func TestLoadErrors(t *testing.T) {
 			`redis.addrs[0]: must be host:port with a port 1..65535, got "localhost:notaport"`,
 			`redis.addrs[1]: must be host:port with a port 1..65535, got "h:99999"`,
 		}},
+		{"bad_burst.yaml", []string{
+			"providers.negative.burst: must be 1..5 (the requests of the shortest limit, 5 per 1s), got -1",
+			"providers.over.burst: must be 1..100 (the requests of the shortest limit, 100 per 1s), got 101",
+		}},
 		{"upper_case_provider.yaml", []string{`providers.Acme: provider name must match [a-z0-9_-]{1,64}, got "Acme"`}},
 	}
 	for _, tt := range tests {

@@ -259,27 +259,42 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 // quota, counted exactly but never spread out over its window.
 const MaxPacedWindow = time.Minute
 
-// paceOf returns a provider's pace (µs per unit of cost) and its burst tolerance (µs) for Provider.Burst:
-// the provider's shortest window plus the margin, shared out evenly over its limit (the smallest limit
-// among policies of that window). Longer windows, and a shortest one longer than MaxPacedWindow, are
-// quotas: counted exactly, never paced. burst 0 turns pacing off.
-func paceOf(name string, policies []Policy, margin time.Duration, burst int64) (pace, tolerance int64, err error) {
-	if burst == 0 {
-		return 0, 0, nil
+// PaceOf is how far apart a provider with these policies has its slots handed out per unit of cost, when
+// paced (Provider.Burst >= 1): its shortest window plus the margin, shared out evenly over that window's
+// limit (the smallest limit among policies of that window), rounded up to the µs. 0 when the shortest
+// window is longer than MaxPacedWindow: then every window is a quota, counted exactly, never spread out.
+// Longer windows than the shortest are never paced.
+func PaceOf(policies []Policy, margin time.Duration) time.Duration {
+	if len(policies) == 0 {
+		return 0
 	}
+	shortest := shortestPolicy(policies)
+	if shortest.Window > MaxPacedWindow || shortest.Limit < 1 {
+		return 0
+	}
+	return time.Duration((micros(shortest.Window+margin)+shortest.Limit-1)/shortest.Limit) * time.Microsecond
+}
+
+// shortestPolicy is the policy a provider is paced by: the shortest window, the smallest limit among ties.
+func shortestPolicy(policies []Policy) Policy {
 	shortest := policies[0]
 	for _, pol := range policies[1:] {
 		if pol.Window < shortest.Window || (pol.Window == shortest.Window && pol.Limit < shortest.Limit) {
 			shortest = pol
 		}
 	}
-	if burst < 0 || burst > shortest.Limit {
-		return 0, 0, fmt.Errorf("gate: provider %s: burst must be 0..%d (the limit of its shortest window, %s), got %d", name, shortest.Limit, shortest, burst)
-	}
-	if shortest.Window > MaxPacedWindow {
+	return shortest
+}
+
+// paceOf returns a provider's pace and burst tolerance in µs for Provider.Burst (0: not paced).
+func paceOf(name string, policies []Policy, margin time.Duration, burst int64) (pace, tolerance int64, err error) {
+	if burst == 0 {
 		return 0, 0, nil
 	}
-	pace = (micros(shortest.Window+margin) + shortest.Limit - 1) / shortest.Limit
+	if shortest := shortestPolicy(policies); burst < 0 || burst > shortest.Limit {
+		return 0, 0, fmt.Errorf("gate: provider %s: burst must be 0..%d (the limit of its shortest window, %s), got %d", name, shortest.Limit, shortest, burst)
+	}
+	pace = micros(PaceOf(policies, margin))
 	return pace, (burst - 1) * pace, nil
 }
 

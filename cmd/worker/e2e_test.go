@@ -25,6 +25,7 @@ import (
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -315,16 +316,23 @@ func (f *fleet) waitFor(what string, timeout time.Duration, cond func() bool) {
 
 // utilisation is accepted / the most the gate could admit between the first and the last accepted
 // request: greedy admission at the earliest moment every window (widened by the configured margin, a
-// deliberate and documented cost) allows, which is optimal.
+// deliberate and documented cost) and the pace (providers.<name>.burst, default 1: slots (shortest window
+// + margin) / limit apart) allow, which is optimal. The pace costs nothing in the long run (it shares the
+// window out evenly); it only gives up a burst at the start of the span.
 func utilisation(s sim.Stats, windows []sim.Window, margin time.Duration) float64 {
 	if s.FirstAccepted == nil || s.Accepted == 0 {
 		return 0
 	}
 	span := s.LastAccepted.Sub(*s.FirstAccepted)
+	var policies []gate.Policy
+	for _, w := range windows {
+		policies = append(policies, gate.Policy{Limit: int64(w.Limit), Window: w.Per})
+	}
+	pace := gate.PaceOf(policies, margin) // the default burst of 1
 	var admitted []time.Duration
-	t := time.Duration(0)
+	t, tat := time.Duration(0), time.Duration(0)
 	for t <= span {
-		next := t
+		next := max(t, tat)
 		for _, w := range windows {
 			per := w.Per + margin
 			in := 0
@@ -337,6 +345,7 @@ func utilisation(s sim.Stats, windows []sim.Window, margin time.Duration) float6
 		}
 		if next == t {
 			admitted = append(admitted, t)
+			tat = t + pace
 			continue
 		}
 		t = next

@@ -83,7 +83,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "gate:   margin %s\n", c.Gate.Margin)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tALGORITHM\tTIMEOUT\tURL")
+	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tALGORITHM\tPACE\tTIMEOUT\tURL")
 	for _, name := range c.ProviderNames() {
 		p := c.Providers[name]
 		var limits []string
@@ -94,7 +94,14 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		if p.Buckets != 0 {
 			algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, p.Timeout, p.URL)
+		pace := "none (quotas only)"
+		if every := gate.PaceOf(policies(p), c.Gate.Margin); every > 0 {
+			pace = "every " + every.String()
+			if p.Burst > 1 {
+				pace += fmt.Sprintf(", burst %d", p.Burst)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, pace, p.Timeout, p.URL)
 	}
 	return tw.Flush()
 }

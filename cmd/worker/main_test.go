@@ -14,10 +14,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 var binary string // the worker binary, built once by TestMain
@@ -73,10 +75,13 @@ func testConfig(t *testing.T, providers string) (path string) {
 	return path
 }
 
+// fivePer3s is not paced (burst 5, the shortest limit's requests), so that the tests over it see each
+// algorithm's own counting; TestGateTryPaced covers the default pace.
 const fivePer3s = `  acme:
     url: http://127.0.0.1:8081/payments
     timeout: 10s
     limits: [{requests: 5, per: 3s}, {requests: 100, per: 1m}]
+    burst: 5
 `
 
 func TestCheckConfig(t *testing.T) {
@@ -201,6 +206,67 @@ func TestGateTryConcurrent(t *testing.T) {
 	r = worker(t, nil, "gate", "status", "--config", cfg, "--provider", "acme")
 	if r.code != 0 || !strings.Contains(r.stdout, "5/3s") || !strings.Contains(r.stdout, "REMAINING") {
 		t.Fatalf("status table: %s", r.stdout)
+	}
+}
+
+// Paced by default: "gate try" processes asking together at 5 per 3s (margin 10ms) are handed slots a pace,
+// (3s + 10ms) / 5 = 602ms, apart, never two at one moment. Asking for now only, one is admitted and the
+// others are told to come back within a pace.
+func TestGateTryPaced(t *testing.T) {
+	cfg := testConfig(t, strings.Replace(fivePer3s, "    burst: 5\n", "", 1))
+	if r := worker(t, nil, "check-config", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "every 602ms") {
+		t.Fatalf("check-config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	const pace = 602 * time.Millisecond
+	ask := func(prefix, maxWait string) []tryVerdict {
+		var (
+			wg sync.WaitGroup
+			mu sync.Mutex
+			vs []tryVerdict
+		)
+		for i := range 5 {
+			wg.Go(func() {
+				r := worker(t, nil, "gate", "try", "--config", cfg, "--provider", "acme", "--id", fmt.Sprintf("%s-%d", prefix, i), "--max-wait", maxWait)
+				var v tryVerdict
+				if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
+					t.Errorf("exit %d stdout %q stderr %s", r.code, r.stdout, r.stderr)
+					return
+				}
+				mu.Lock()
+				vs = append(vs, v)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if len(vs) != 5 {
+			t.FailNow()
+		}
+		return vs
+	}
+	admitted := 0
+	for _, v := range ask("now", "0s") {
+		switch {
+		case v.Allowed:
+			admitted++
+		case v.RetryAfterMs <= 0 || time.Duration(v.RetryAfterMs)*time.Millisecond > pace+time.Millisecond:
+			t.Errorf("denial %+v: want a retry within one pace (%v)", v, pace)
+		}
+	}
+	if admitted != 1 {
+		t.Fatalf("%d of 5 admitted asking for now; want 1", admitted)
+	}
+	var slots []time.Time
+	for _, v := range ask("later", "5s") {
+		if !v.Allowed {
+			t.Fatalf("denied within 5s: %+v", v)
+		}
+		slots = append(slots, parseTime(t, v.Now).Add(time.Duration(v.DelayMs*1000)*time.Microsecond))
+	}
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(slots); i++ {
+		if gap := slots[i].Sub(slots[i-1]); gap < pace-time.Microsecond || gap > pace+time.Microsecond {
+			t.Errorf("slot %d is %v after slot %d, want %v", i, gap, i-1, pace)
+		}
 	}
 }
 

@@ -249,7 +249,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	}
 	tag := opts.Prefix + ":{" + name + "}:"
 	p.keys = keysFor(tag, algo, policies, margin, buckets)
-	shape := stateShape(tag, algo, policies, p.keys) // the pace is not part of the counted state
+	shape := stateShape(tag, algo, policies, p.keys)        // the pace is not part of the counted state
 	p.keys = append(p.keys, tag+"pace", tag+"epoch:"+shape) // the pace next to last, the epoch always last
 	p.pace, p.tolerance = pace, tolerance
 	return p, nil

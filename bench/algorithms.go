@@ -96,7 +96,7 @@ func memoryOne(ctx context.Context, rdb redis.UniversalClient, algo gate.Algorit
 		}
 		allow = append(allow, time.Since(t))
 		if i < 49 {
-			if err := l.Release(ctx, "p", id, 1, v.Slot()); err != nil {
+			if _, err := l.Release(ctx, "p", id, 1, v.Slot()); err != nil {
 				return r, err
 			}
 		}

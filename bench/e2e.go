@@ -47,9 +47,11 @@ type openGate struct{}
 func (openGate) Reserve(context.Context, string, string, int64, time.Duration) (gate.Verdict, error) {
 	return gate.Verdict{Allowed: true, Now: time.Now()}, nil
 }
-func (openGate) Release(context.Context, string, string, int64, time.Time) error { return nil }
-func (openGate) Pause(context.Context, string, time.Time) error                  { return nil }
-func (openGate) Sent(context.Context, string, string) error                      { return nil }
+func (openGate) Release(context.Context, string, string, int64, time.Time) (int64, error) {
+	return 0, nil
+}
+func (openGate) Pause(context.Context, string, time.Time) error { return nil }
+func (openGate) Sent(context.Context, string, string) error     { return nil }
 
 var e2eTiers = []time.Duration{time.Second, 5 * time.Second}
 

@@ -85,7 +85,7 @@ func scaleOne(ctx context.Context, rdb redis.UniversalClient, limit int64, w tim
 		}
 		allow = append(allow, d)
 		if i < 49 {
-			if err := l.Release(ctx, "p", id, 1, time.Time{}); err != nil {
+			if _, err := l.Release(ctx, "p", id, 1, time.Time{}); err != nil {
 				return r, err
 			}
 		}

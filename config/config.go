@@ -24,6 +24,8 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/paygate/paygate/gate"
 )
 
 // EnvPrefix starts every environment override: PAYGATE_REDIS_ADDRS overrides redis.addrs.
@@ -712,10 +714,12 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		p.add(path+".buckets", "must be 1..%d, got %d", MaxBuckets, pr.Buckets)
 	}
 	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
-	seen := map[time.Duration]int{}
+	seen := map[time.Duration]int{} // by the µs, as the gate counts windows
 	for i, l := range pr.Limits {
 		lp := fmt.Sprintf("%s.limits[%d]", path, i)
 		p.check(l.Requests >= 1, lp+".requests", "must be >= 1, got %d", l.Requests)
+		p.check(pr.Algorithm != "sliding_log" || l.Requests <= gate.MaxSlidingLogLimit, lp+".requests",
+			"must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window or gcra for larger budgets), got %d", gate.MaxSlidingLogLimit, l.Requests)
 		switch {
 		case l.Per <= 0:
 			p.add(lp+".per", "must be > 0, got %s", l.Per)
@@ -726,10 +730,11 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		case margin >= l.Per:
 			p.add(lp+".per", "must be longer than gate.margin (%s), got %s", margin, l.Per)
 		}
-		if j, dup := seen[l.Per]; dup && l.Per > 0 {
-			p.add(lp+".per", "repeats the window of limits[%d] (%s); keep the tighter one", j, l.Per)
+		µs := (l.Per + time.Microsecond - 1).Truncate(time.Microsecond)
+		if j, dup := seen[µs]; dup && l.Per > 0 {
+			p.add(lp+".per", "repeats the window of limits[%d] (%s, to the µs); keep the tighter one", j, pr.Limits[j].Per)
 		}
-		seen[l.Per] = i
+		seen[µs] = i
 	}
 	if shortest, ok := pr.shortestLimit(); ok {
 		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Requests, path+".burst",

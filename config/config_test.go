@@ -80,7 +80,7 @@ func TestLoadErrors(t *testing.T) {
 			`providers.acme.timeout: must be > 0, got 0s`,
 			`providers.acme.limits[0].requests: must be >= 1, got 0`,
 			`providers.acme.limits[0].per: must be > 0, got 0s`,
-			`providers.acme.limits[2].per: repeats the window of limits[1] (1s); keep the tighter one`,
+			`providers.acme.limits[2].per: repeats the window of limits[1] (1s, to the µs); keep the tighter one`,
 			`providers.bad name: provider name must match [a-z0-9_-]{1,64}, got "bad name"`,
 			`providers.bad name.limits: must list at least one {requests, per}`,
 		}},
@@ -105,6 +105,10 @@ func TestLoadErrors(t *testing.T) {
 		{"bad_burst.yaml", []string{
 			"providers.negative.burst: must be 1..5 (the requests of the shortest limit, 5 per 1s), got -1",
 			"providers.over.burst: must be 1..100 (the requests of the shortest limit, 100 per 1s), got 101",
+		}},
+		{"bad_limits.yaml", []string{
+			"providers.huge.limits[1].requests: must be <= 100000 under sliding_log, which keeps one entry per unit of cost (use sliding_window or gcra for larger budgets), got 200000",
+			"providers.rounded.limits[1].per: repeats the window of limits[0] (1s, to the µs); keep the tighter one",
 		}},
 		{"upper_case_provider.yaml", []string{`providers.Acme: provider name must match [a-z0-9_-]{1,64}, got "Acme"`}},
 	}

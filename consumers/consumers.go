@@ -103,7 +103,9 @@ func ErrorText(err error) string {
 // Gate is the budget, shared by every worker (gate.Limiter).
 type Gate interface {
 	Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
-	Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) error
+	// Release gives an unused admission back and returns its units (0: not released: gone, moved, or a
+	// duplicate of it was let go and may be sending on it).
+	Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) (int64, error)
 	Pause(ctx context.Context, provider string, until time.Time) error
 	// Sent records that an admitted job's request was accepted though its delivery was not settled.
 	Sent(ctx context.Context, provider, jobID string) error
@@ -272,7 +274,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// first delivery sent, a moved one for whichever of its requests the provider counts. Asking
 		// again moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
 		if !v.Duplicate && !v.Moved {
-			if err := w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()); err != nil {
+			if _, err := w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()); err != nil {
 				s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
 				return
 			}
@@ -295,7 +297,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	if wait > 0 {
 		if !v.Duplicate && !v.Moved {
-			_ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()) // unused: give it back (best effort)
+			_, _ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()) // unused: give it back (best effort)
 		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
@@ -319,7 +321,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// another worker that sends into the throttle.
 		w.pause(ctx, provider, thr.RetryAfter)
 		if !v.Duplicate && !v.Moved {
-			_ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot())
+			_, _ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot())
 		}
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
 	case errors.Is(err, providers.ErrPermanent):

@@ -442,7 +442,7 @@ func (c countingGate) Reserve(ctx context.Context, provider, jobID string, cost 
 	return v, err
 }
 
-func (c countingGate) Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) error {
+func (c countingGate) Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) (int64, error) {
 	c.st.call(provider, gate.Verdict{}, false)
 	return c.g.Release(ctx, provider, jobID, cost, slot)
 }

@@ -62,15 +62,30 @@ type Provider struct {
 	Burst int64
 }
 
-// Every algorithm but sliding_log is one script: family.lua (ids, duplicates, moves, pause, release,
-// status) followed by the algorithm's own counting.
-var familyScripts = map[Algorithm]*redis.Script{
-	SlidingWindow: redis.NewScript(lua.Family + lua.SlidingWindow),
-	TokenBucket:   redis.NewScript(lua.Family + lua.TokenBucket),
-	GCRA:          redis.NewScript(lua.Family + lua.GCRA),
-	FixedWindow:   redis.NewScript(lua.Family + lua.FixedWindow),
-	LeakyBucket:   redis.NewScript(lua.Family + lua.LeakyBucket),
+// MaxSlidingLogLimit is the largest limit SlidingLog takes: it keeps one sorted-set member per unit of cost
+// in its longest window (about 100 bytes each: 10 MB per provider at this limit), and writing a job of
+// cost n is O(n) inside Redis, where nothing else runs meanwhile. The counting algorithms (SlidingWindow,
+// GCRA, ...) keep a few numbers per limit whatever the limit and the cost.
+const MaxSlidingLogLimit = 100_000
+
+// sources are the algorithms' scripts: family.lua (checks, ids, duplicates, moves, pause, pace, warm-up,
+// release, status) followed by the algorithm's own counting.
+var sources = map[Algorithm]string{
+	SlidingLog:    lua.Family + lua.SlidingLog,
+	SlidingWindow: lua.Family + lua.SlidingWindow,
+	TokenBucket:   lua.Family + lua.TokenBucket,
+	GCRA:          lua.Family + lua.GCRA,
+	FixedWindow:   lua.Family + lua.FixedWindow,
+	LeakyBucket:   lua.Family + lua.LeakyBucket,
 }
+
+var scripts = func() map[Algorithm]*redis.Script {
+	m := make(map[Algorithm]*redis.Script, len(sources))
+	for a, src := range sources {
+		m[a] = redis.NewScript(src)
+	}
+	return m
+}()
 
 // keysFor names a provider's keys: the id record (sliding_log's log), pause and sent first, then the
 // algorithm's own state. tag is "<prefix>:{<provider>}:".

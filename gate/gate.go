@@ -38,13 +38,43 @@ const (
 )
 
 var (
-	slidingLog    = redis.NewScript(lua.SlidingLog)
-	pauseScript   = redis.NewScript(lua.Pause)
-	releaseScript = redis.NewScript(lua.Release)
-	statusScript  = redis.NewScript(lua.Status)
-	sentScript    = redis.NewScript(lua.Sent)
+	pauseScript = redis.NewScript(lua.Pause)
+	sentScript  = redis.NewScript(lua.Sent)
 
 	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+)
+
+// The reply of a reserve, index by index, as family.lua's header documents it.
+const (
+	replyAllowed = iota
+	replyDuplicate
+	replyDelay
+	replyRetryAfter
+	replyRemaining
+	replyPolicy
+	replyNow
+	replyPaused
+	replyAdmittedAt
+	replyMoved
+	replyResetAfter
+	replyLen
+)
+
+// The reply of a status: now, paused until, units, then statusPerPolicy numbers per policy.
+const (
+	statusNow = iota
+	statusPausedUntil
+	statusUnits
+	statusHead
+)
+
+// Per policy in a status reply.
+const (
+	statusUsed = iota
+	statusReserved
+	statusRemaining
+	statusResetAfter
+	statusPerPolicy
 )
 
 var (
@@ -135,11 +165,11 @@ type Limiter struct {
 
 type provider struct {
 	algo     Algorithm
-	script   *redis.Script // the family script (nil: sliding_log's own scripts)
+	script   *redis.Script // family.lua with the algorithm's part
 	policies []Policy
-	keys     []string // the id record (sliding_log: the log), pause, sent, then the algorithm's state, then epoch
-	// sliding_log: margin µs, then limit, window µs per policy; the others: margin µs, dedup µs, buckets,
-	// warm-up µs, then limit, window µs per policy
+	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, pace, epoch
+	// ARGV[7..]: margin µs, dedup µs, buckets, warm-up µs, pace µs, tolerance µs, then limit, window µs
+	// per policy
 	args     []any
 	warmup   int64 // µs; 0: off
 	minLimit int64
@@ -196,8 +226,8 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	if algo == "" {
 		algo = SlidingLog
 	}
-	p := provider{algo: algo, script: familyScripts[algo], policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit}
-	if algo != SlidingLog && p.script == nil {
+	p := provider{algo: algo, script: scripts[algo], policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit}
+	if p.script == nil {
 		return provider{}, fmt.Errorf("gate: provider %s: unknown algorithm %q", name, algo)
 	}
 	buckets := spec.Buckets
@@ -210,18 +240,22 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		return provider{}, fmt.Errorf("gate: provider %s: buckets is only for %s, not %s", name, SlidingWindow, algo)
 	}
 	var longest time.Duration
-	windows := map[time.Duration]bool{}
+	windows := map[int64]bool{} // in µs, as the scripts see them
 	for i, pol := range policies {
 		if pol.Limit < 1 || pol.Window < time.Millisecond || pol.Window > MaxWindow {
 			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): limit must be >= 1 and window 1ms..%s", name, i, pol, MaxWindow)
 		}
-		if algo != SlidingLog && windows[pol.Window] {
-			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): a window may appear once (%s keeps its state per window)", name, i, pol, algo)
+		if algo == SlidingLog && pol.Limit > MaxSlidingLogLimit {
+			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): %s keeps one entry per unit of cost and takes limits up to %d; use %s or %s for larger budgets",
+				name, i, pol, algo, MaxSlidingLogLimit, SlidingWindow, GCRA)
+		}
+		if algo != SlidingLog && windows[micros(pol.Window)] {
+			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): a window may appear once, to the µs (%s keeps its state per window)", name, i, pol, algo)
 		}
 		if algo == FixedWindow && pol.Window <= margin {
 			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): %s needs windows longer than the margin (%s)", name, i, pol, algo, margin)
 		}
-		windows[pol.Window] = true
+		windows[micros(pol.Window)] = true
 		p.minLimit = min(p.minLimit, pol.Limit)
 		longest = max(longest, pol.Window)
 	}
@@ -240,10 +274,9 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		return provider{}, err
 	}
 	if algo == SlidingLog {
-		p.args = []any{micros(margin), pace, tolerance}
-	} else {
-		p.args = []any{micros(margin), micros(min(dedup, longest+margin)), buckets, p.warmup, pace, tolerance}
+		dedup = longest + margin // its log is the id record, and must hold the longest window
 	}
+	p.args = []any{micros(margin), micros(min(dedup, longest+margin)), buckets, p.warmup, pace, tolerance}
 	for _, pol := range policies {
 		p.args = append(p.args, pol.Limit, micros(pol.Window))
 	}
@@ -405,56 +438,45 @@ func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost i
 	if err != nil {
 		return Verdict{}, err
 	}
+	if err := checkID(jobID); err != nil {
+		return Verdict{}, err
+	}
 	switch {
-	case jobID == "" || len(jobID) > MaxIDLen:
-		return Verdict{}, invalidf("gate: job id must be 1..%d bytes, got %d", MaxIDLen, len(jobID))
-	case strings.IndexByte(jobID, 0) >= 0:
-		return Verdict{}, invalidf("gate: job id must not contain NUL")
 	case cost < 1 || cost > p.minLimit:
 		return Verdict{}, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
 	case maxWait < 0:
 		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
 	}
 	wait := microsFloor(min(maxWait, MaxHorizon)) // never a slot past the caller's wait
-	var cmd *redis.Cmd
-	if p.script == nil {
-		args := make([]any, 0, 5+len(p.args))
-		args = append(args, jobID, cost, wait, l.stale, p.warmup)
-		cmd = slidingLog.Run(ctx, l.rdb, p.keys, append(args, p.args...)...)
-	} else {
-		forced := 0
-		if force {
-			forced = 1
-		}
-		args := make([]any, 0, 6+len(p.args))
-		args = append(args, "reserve", jobID, cost, wait, l.stale, forced)
-		cmd = p.script.Run(ctx, l.rdb, p.keys, append(args, p.args...)...)
+	forced := 0
+	if force {
+		forced = 1
 	}
-	reply, err := cmd.Int64Slice()
+	reply, err := l.run(ctx, p, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
-	if len(reply) != 11 || reply[5] < 0 || reply[5] >= int64(len(p.policies)) || reply[10] < 0 {
+	if len(reply) != replyLen || reply[replyPolicy] < 0 || reply[replyPolicy] >= int64(len(p.policies)) || reply[replyResetAfter] < 0 {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: malformed reply %v", providerName, jobID, reply)
 	}
 	v := Verdict{
-		Allowed:    reply[0] == 1,
-		Duplicate:  reply[1] == 1,
-		Delay:      time.Duration(reply[2]) * time.Microsecond,
-		Remaining:  reply[4],
-		Policy:     int(reply[5]),
-		Limit:      p.policies[reply[5]],
-		Now:        time.UnixMicro(reply[6]),
-		Paused:     reply[7] == 1,
-		Moved:      reply[9] == 1,
-		ResetAfter: time.Duration(reply[10]) * time.Microsecond,
+		Allowed:    reply[replyAllowed] == 1,
+		Duplicate:  reply[replyDuplicate] == 1,
+		Delay:      time.Duration(reply[replyDelay]) * time.Microsecond,
+		Remaining:  reply[replyRemaining],
+		Policy:     int(reply[replyPolicy]),
+		Limit:      p.policies[reply[replyPolicy]],
+		Now:        time.UnixMicro(reply[replyNow]),
+		Paused:     reply[replyPaused] == 1,
+		Moved:      reply[replyMoved] == 1,
+		ResetAfter: time.Duration(reply[replyResetAfter]) * time.Microsecond,
 	}
-	if reply[8] > 0 {
-		v.AdmittedAt = time.UnixMicro(reply[8])
+	if reply[replyAdmittedAt] > 0 {
+		v.AdmittedAt = time.UnixMicro(reply[replyAdmittedAt])
 	}
 	if !v.Allowed {
 		// Round up to the millisecond: asking again after RetryAfter must not be early.
-		v.RetryAfter = (time.Duration(reply[3])*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
+		v.RetryAfter = (time.Duration(reply[replyRetryAfter])*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
 		if v.RetryAfter <= 0 {
 			return Verdict{}, fmt.Errorf("gate: reserve %s/%s: denied without a retry time %v", providerName, jobID, reply)
 		}
@@ -513,37 +535,57 @@ func (l *Limiter) WatchPauses(ctx context.Context, sub Subscriber, notify func(p
 	}
 }
 
-// Release gives back a job's admission: its units leave the log and are free for later decisions. A
-// worker that woke too late to use its slot releases it and reserves again, so that what the log records
-// is what the provider sees. slot is the admission's slot (Verdict.Slot): if the id is in the log at
-// another slot, a redelivery was since admitted (moved) under it, and its entry is not released. A zero
-// slot releases the id wherever it is. Releasing a job that is not in the log does nothing.
+// Release gives back a job's admission: its units leave the log and are free for later decisions, and it
+// returns how many. A worker that woke too late to use its slot releases it and reserves again, so that
+// what the log records is what the provider sees. slot is the admission's slot (Verdict.Slot): if the id
+// is in the log at another slot, a redelivery was since admitted (moved) under it, and its entry is not
+// released. A zero slot releases the id wherever it is. Releasing a job that is not in the log does
+// nothing. Nor is an admission released once a duplicate of it was let go (Verdict.Duplicate, allowed):
+// that delivery may be sending on it; nor once its request was marked Sent.
 //
-// The other algorithms forget the id (a later Reserve of it is a new job) and give its units back where
-// they can: SlidingWindow and FixedWindow take them out of the counter they went into (while it is still
-// counted); TokenBucket, GCRA and LeakyBucket undo the admission exactly when it is the newest one, and
-// otherwise keep its units spent until they refill or leak (never handing out more than the limit).
-func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64, slot time.Time) error {
+// Every algorithm forgets the id (a later Reserve of it is a new job) and gives its units back where it
+// can: SlidingLog always, SlidingWindow and FixedWindow out of the counter they went into (while it is
+// still counted); TokenBucket, GCRA and LeakyBucket undo the admission exactly when it is the newest one,
+// and otherwise keep its units spent until they refill or leak (never handing out more than the limit).
+// The units returned are the id's left in the record, whatever the algorithm could give back.
+func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64, slot time.Time) (int64, error) {
 	p, err := l.provider(providerName)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if err := checkID(jobID); err != nil {
+		return 0, err
 	}
 	if cost < 1 || cost > p.minLimit {
-		return invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
+		return 0, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
 	}
 	at := int64(0)
 	if !slot.IsZero() {
 		at = slot.UnixMicro()
 	}
-	var cmd *redis.Cmd
-	if p.script == nil {
-		cmd = releaseScript.Run(ctx, l.rdb, p.keys[:1], jobID, cost, at)
-	} else {
-		args := append([]any{"release", jobID, cost, at, 0, 0}, p.args...)
-		cmd = p.script.Run(ctx, l.rdb, p.keys, args...)
+	n, err := l.run(ctx, p, "release", jobID, cost, at, 0, 0).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
 	}
-	if err := cmd.Err(); err != nil {
-		return fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
+	return n, nil
+}
+
+// run calls the provider's script: op, then ARGV[2..6] as given, then the provider's own arguments.
+func (l *Limiter) run(ctx context.Context, p provider, op string, jobID string, args ...any) *redis.Cmd {
+	argv := make([]any, 0, 2+len(args)+len(p.args))
+	argv = append(argv, op, jobID)
+	argv = append(argv, args...)
+	return p.script.Run(ctx, l.rdb, p.keys, append(argv, p.args...)...)
+}
+
+// checkID refuses a job id the scripts would refuse: empty, longer than MaxIDLen, or with a NUL (the
+// separator of a job's unit members).
+func checkID(jobID string) error {
+	switch {
+	case jobID == "" || len(jobID) > MaxIDLen:
+		return invalidf("gate: job id must be 1..%d bytes, got %d", MaxIDLen, len(jobID))
+	case strings.IndexByte(jobID, 0) >= 0:
+		return invalidf("gate: job id must not contain NUL")
 	}
 	return nil
 }
@@ -555,6 +597,9 @@ func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost 
 func (l *Limiter) Sent(ctx context.Context, providerName, jobID string) error {
 	p, err := l.provider(providerName)
 	if err != nil {
+		return err
+	}
+	if err := checkID(jobID); err != nil {
 		return err
 	}
 	var longest time.Duration
@@ -614,32 +659,25 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 	if err != nil {
 		return Status{}, err
 	}
-	var cmd *redis.Cmd
-	if p.script == nil {
-		cmd = statusScript.Run(ctx, l.rdb, p.keys, p.args...)
-	} else {
-		args := append([]any{"status", "", 0, 0, 0, 0}, p.args...)
-		cmd = p.script.Run(ctx, l.rdb, p.keys, args...)
-	}
-	reply, err := cmd.Int64Slice()
+	reply, err := l.run(ctx, p, "status", "", 0, 0, 0, 0).Int64Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("gate: status %s: %w", providerName, err)
 	}
-	if len(reply) != 3+4*len(p.policies) {
+	if len(reply) != statusHead+statusPerPolicy*len(p.policies) {
 		return Status{}, fmt.Errorf("gate: status %s: malformed reply %v", providerName, reply)
 	}
-	s := Status{Provider: providerName, Now: time.UnixMicro(reply[0]), Units: reply[2]}
-	if reply[1] > 0 {
-		s.PausedUntil = time.UnixMicro(reply[1])
+	s := Status{Provider: providerName, Now: time.UnixMicro(reply[statusNow]), Units: reply[statusUnits]}
+	if reply[statusPausedUntil] > 0 {
+		s.PausedUntil = time.UnixMicro(reply[statusPausedUntil])
 	}
 	for i, pol := range p.policies {
-		r := reply[3+4*i:]
+		r := reply[statusHead+statusPerPolicy*i:]
 		s.Policies = append(s.Policies, PolicyStatus{
 			Policy:     pol,
-			Used:       r[0],
-			Reserved:   r[1],
-			Remaining:  max(0, r[2]),
-			ResetAfter: time.Duration(r[3]) * time.Microsecond,
+			Used:       r[statusUsed],
+			Reserved:   r[statusReserved],
+			Remaining:  max(0, r[statusRemaining]),
+			ResetAfter: time.Duration(r[statusResetAfter]) * time.Microsecond,
 		})
 	}
 	return s, nil

@@ -684,10 +684,10 @@ func TestRelease(t *testing.T) {
 		if v := mustReserve(t, l, "c", 1, 0); v.Allowed {
 			t.Fatalf("full window admitted c: %+v", v)
 		}
-		if err := l.Release(ctx, prov, "a", 2, time.Time{}); err != nil {
+		if _, err := l.Release(ctx, prov, "a", 2, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Release(ctx, prov, "never-admitted", 1, time.Time{}); err != nil {
+		if _, err := l.Release(ctx, prov, "never-admitted", 1, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		log := readLog(t, rdb, l)
@@ -711,13 +711,13 @@ func TestRelease(t *testing.T) {
 		if !moved.Moved {
 			t.Fatalf("redelivery: %+v, want moved", moved)
 		}
-		if err := l2.Release(ctx, prov, "d", 1, held.Slot()); err != nil {
+		if _, err := l2.Release(ctx, prov, "d", 1, held.Slot()); err != nil {
 			t.Fatal(err)
 		}
 		if log := readLog(t, rdb, l2); len(log) != 1 || log[0].slot != moved.Slot().UnixMicro() {
 			t.Fatalf("log %+v: the old holder's release removed the moved entry", log)
 		}
-		if err := l2.Release(ctx, prov, "d", 1, moved.Slot()); err != nil {
+		if _, err := l2.Release(ctx, prov, "d", 1, moved.Slot()); err != nil {
 			t.Fatal(err)
 		}
 		if log := readLog(t, rdb, l2); len(log) != 0 {
@@ -743,10 +743,10 @@ func TestEmbeddedAgreesWithRedis(t *testing.T) {
 		cost := int64(1 + rng.IntN(2))
 		switch op := rng.IntN(10); {
 		case op == 0:
-			if err := lr.Release(ctx, prov, id, cost, time.Time{}); err != nil {
+			if _, err := lr.Release(ctx, prov, id, cost, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := le.Release(ctx, prov, id, cost, time.Time{}); err != nil {
+			if _, err := le.Release(ctx, prov, id, cost, time.Time{}); err != nil {
 				t.Fatal(err)
 			}
 		case op == 1 && i%50 == 1:

@@ -152,8 +152,9 @@ type entry struct {
 	first bool // the bare id is among the members
 }
 
-// readLog reads a provider's raw log back: one entry per job, its cost being the number of its members
-// (id, id\x00 2, ..., id\x00 n), all at one slot.
+// readLog reads a provider's raw log (or id record) back: one entry per job, all its members at one slot:
+// id, id\x00 2, ..., id\x00 n for sliding_log (a member per unit), id and id\x00 n for the others; either
+// way its cost is n.
 func readLog(t testing.TB, rdb redis.UniversalClient, l *gate.Limiter) []entry {
 	t.Helper()
 	keys, err := l.Keys(prov)
@@ -177,10 +178,12 @@ func readLog(t testing.TB, rdb redis.UniversalClient, l *gate.Limiter) []entry {
 		}
 		if unit == "" {
 			e.first = true
+			e.cost = max(e.cost, 1)
 		} else if k, err := strconv.Atoi(unit); err != nil || k < 2 {
 			t.Fatalf("member %q: bad unit suffix", z.Member)
+		} else {
+			e.cost = max(e.cost, int64(k)) // its k-th unit (sliding_log), or its cost (the others)
 		}
-		e.cost++
 	}
 	out := make([]entry, 0, len(jobs))
 	for _, e := range jobs {

@@ -1,42 +1,48 @@
--- family.lua: what every algorithm but sliding_log shares, run as one script with the algorithm's own file
--- appended (sliding_window.lua, token_bucket.lua, gcra.lua, fixed_window.lua, leaky_bucket.lua): the id
--- record (duplicates, moves, release), the pause, the Redis clock, and the three operations. The
--- algorithm's file fills the table `algo` (see "The algorithm's part" below) and ends with `return run()`.
+-- family.lua: paygate's gate, the one driver every algorithm runs under, as one script with the algorithm's
+-- own file appended (sliding_log.lua, sliding_window.lua, token_bucket.lua, gcra.lua, fixed_window.lua,
+-- leaky_bucket.lua): input checks, the id record (duplicates, moves, release), the pause, the pace, the
+-- warm-up, the Redis clock, and the three operations. The algorithm's file fills the table `algo` (see "The
+-- algorithm's part" below) and ends with `return run()`.
 --
--- KEYS[1] -> <prefix>:{<provider>}:ids    ZSET   the id record: one member per unit of cost of each job
---                                                admitted (id, then id.."\0"..k for its k-th unit, k >= 2),
---                                                score = its slot (µs, Redis clock); kept until slot + dedup
+-- KEYS[1] -> <prefix>:{<provider>}:ids    ZSET   the id record, score = slot (µs, Redis clock); kept until
+--                                                slot + dedup. One member per unit of cost when the
+--                                                algorithm counts members (sliding_log, whose log it is:
+--                                                key ...:log): the job id, then id.."\0"..k for its k-th unit;
+--                                                otherwise the job id, and id.."\0"..n when its cost n > 1
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
--- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   ids whose request was accepted though not settled (sent.lua)
--- KEYS[4..] -> the algorithm's state, all with the provider's hash tag (see its file)
--- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs), as in
---                                                sliding_log.lua (ARGV[11], ARGV[12])
+-- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
+--                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
+-- KEYS[4..#KEYS-2] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
 -- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires
 --
 -- ARGV[1] -> op: 'reserve', 'release' or 'status' (status changes nothing)
--- ARGV[2] -> job id (1..600 bytes, no NUL; '' for status)
--- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve)
+-- ARGV[2] -> job id: 1..600 bytes, no NUL ('' for status)
+-- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve; release and status ignore it)
 -- ARGV[4] -> reserve: max wait µs (the latest acceptable slot is now + max wait); release: the slot (µs) the
 --            caller was admitted at, 0 for wherever the id is
 -- ARGV[5] -> stale µs: a duplicate whose slot is more than this before now is moved; 0: never (reserve)
 -- ARGV[6] -> force: 1 admits now whatever the budget (token_bucket only; see its file), else 0
 -- ARGV[7] -> margin µs (each algorithm says how it applies it)
--- ARGV[8] -> dedup µs: an admitted id is remembered until its slot plus this (> 0)
+-- ARGV[8] -> dedup µs: an admitted id is remembered until its slot plus this (> 0; sliding_log: its longest
+--            window plus margin, as its log must hold that much)
 -- ARGV[9] -> buckets: sub-windows per window (sliding_window), else 0
 -- ARGV[10] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
 --             persistence, or this is the provider's first decision), reserve pauses the provider this
---             long before anything is admitted, as sliding_log.lua does; 0: off
+--             long before anything is admitted; 0: off
 -- ARGV[11] -> pace µs per unit of cost (0: not paced): reserve never gives a slot before the pace's arrival
 --             time KEYS[#KEYS-1] less the tolerance, and an admission of cost c at slot s moves that time to
---             max(it, s) + c * pace (GCRA over slots), as sliding_log.lua does
+--             max(it, s) + c * pace (a GCRA over slots), so that slots come a pace apart rather than a
+--             window's worth at one instant
 -- ARGV[12] -> tolerance µs: (burst - 1) * pace
 -- ARGV[13], ARGV[14] -> limit, window µs of policy 0; ARGV[15], ARGV[16] -> policy 1; and so on
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
---                  moved, reset_after_us}, as sliding_log.lua does:
---   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed
+--                  moved, reset_after_us} (gate.go names each index):
+--   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed (but a warm-up begun)
 --   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
---                   pause, or now, whichever is latest (denied beyond max wait)
+--                   pause, or now, whichever is latest (denied beyond max wait). Let go, it is marked
+--                   'dup' in KEYS[3], so that the holder of the first admission can no longer release it
 --   delay_us        slot - now when allowed, else 0
 --   retry_after_us  when denied (> 0): the same call this much later is admitted if nobody else takes the
 --                   room meanwhile (a leaky bucket's full queue counts too); else 0
@@ -48,32 +54,57 @@
 --   moved           1: the id was in the record at a slot more than stale µs before it would now go, and not
 --                   marked sent: its entry left the record, its units went back where the algorithm can give
 --                   them back (algo.give_back), and it was admitted afresh, in this one step. Denied afresh,
---                   everything stays as it was.
+--                   everything stays as it was. No budget is spent twice, and whichever of the two requests
+--                   the provider counts, the record covers it: no later slot can precede the new one.
 --   reset_after_us  time until the budget is entirely unused if nothing more is admitted (algo.reset_after)
--- release returns the number of the id's units that left the record (0: not there, or at another slot)
+-- release returns the number of the id's units that left the record (0: not there, at another slot, or
+--   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
 -- status returns {now_us, paused_until_us, units, used_0, reserved_0, remaining_0, reset_after_us_0, used_1, ...}
---   as status.lua does; units = members of the id record
+--   units = members of the id record; per policy, as algo.status says
+--
+-- A decision that fails writes nothing. Every check comes first (a bad argument is an error reply before
+-- anything is read), and every write goes through write(), which only queues it: the queue is applied at
+-- the very end, when nothing can fail any more. A denial drops what the decision queued. Reads therefore
+-- see the state as it was when the script began; the algorithms keep what they change in Lua, and what
+-- they read from Redis after queueing a change (sliding_log's counts) they correct themselves. Big
+-- writes are split so that no call passes Lua's unpack limit (8000 values).
 --
 -- The algorithm's part fills `algo`:
 --   algo.fcfs                 true: a new slot is never before the newest slot in the id record
---   algo.load(trim)           read the state; trim: also drop what no decision can count any more
+--   algo.per_unit             true: the id record holds one member per unit of cost (sliding_log)
+--   algo.load(trim)           read the state; trim: also drop (queue the deletion of) what no decision can
+--                             count any more
 --   algo.earliest(from, cost) -> slot (>= from), blocker (1-based policy or nil), hold (µs, > 0 when the
 --                             call must be denied whatever its max wait: a full queue)
 --   algo.commit(slot, cost)   record an admission of the job ARGV[2] at slot
 --   algo.force(at, cost)      record a forced admission at `at` (token_bucket only)
 --   algo.give_back(slot, cost) -> a token for take_back, or nil: return the units of the job ARGV[2],
---                             admitted at slot, where that is sound
---   algo.take_back(token)     undo give_back (a move denied afresh)
+--                             admitted at slot, where that is sound (its record entry is leaving)
+--   algo.take_back(token)     undo give_back in Lua (a move denied afresh; its queued writes are dropped)
 --   algo.room(at)             -> remaining, index (1-based) of the tightest policy at `at`
 --   algo.reset_after()        -> µs until the budget is entirely unused
 --   algo.status()             -> {{used, reserved, remaining, reset_after_us}, ...} one per policy
---   algo.save()               write what changed, with expiry
+--   algo.save()               queue the writes of what changed, with expiry
 --
--- Numbers Redis parses as integers (HINCRBY, PEXPIRE, scores) are formatted with %d; fractions (a token
--- count, a theoretical arrival time) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
+-- Numbers Redis parses as integers (HSET of counts, PEXPIRE, scores) are formatted with %d; fractions (a
+-- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
 
 local ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
+local pace_key, epoch = KEYS[#KEYS - 1], KEYS[#KEYS]
 local op, id = ARGV[1], ARGV[2]
+
+-- Every check before anything is read or written: a bad call is an error reply and changes nothing.
+local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
+local function whole(s2) local x = tonumber(s2); if x and x == math.floor(x) then return x end end
+if op ~= 'reserve' and op ~= 'release' and op ~= 'status' then return bad('op must be reserve, release or status', op) end
+if op ~= 'status' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
+  return bad('job id must be 1..600 bytes without NUL; length', #id)
+end
+for i = 3, #ARGV do
+  if not whole(ARGV[i]) or whole(ARGV[i]) < 0 then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
+end
+if (#ARGV - 12) < 2 or (#ARGV - 12) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[12]; arguments', #ARGV) end
+
 local cost = tonumber(ARGV[3])
 local arg4 = tonumber(ARGV[4])
 local stale = tonumber(ARGV[5])
@@ -84,18 +115,43 @@ local buckets = tonumber(ARGV[9])
 local warmup = tonumber(ARGV[10])
 local pace, tolerance = tonumber(ARGV[11]), tonumber(ARGV[12])
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
 local limits, windows = {}, {}
 for i = 13, #ARGV, 2 do
   limits[#limits + 1] = tonumber(ARGV[i])
   windows[#windows + 1] = tonumber(ARGV[i + 1])
-  if op == 'reserve' and cost > limits[#limits] then
-    return redis.error_reply('ERR paygate: cost ' .. ARGV[3] .. ' exceeds limit ' .. ARGV[i])
+  if limits[#limits] < 1 or windows[#windows] < 1 then return bad('limits and windows must be >= 1', ARGV[i] .. '/' .. ARGV[i + 1]) end
+  if op == 'reserve' and (cost < 1 or cost > limits[#limits]) then
+    return redis.error_reply('ERR paygate: cost ' .. ARGV[3] .. ' must be 1..' .. ARGV[i] .. ' (limit ' .. ARGV[i] .. ' per ' .. ARGV[i + 1] .. 'µs)')
   end
 end
 local P = #limits
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+
+-- The queue of writes (see the header). inject_at is for tests only: gate's TestFailedDecisionWritesNothing
+-- rewrites this line to raise an error at the n-th write queued, and checks that nothing was written.
+local inject_at = 0
+local writes = {}
+local function write(...)
+  if #writes + 1 == inject_at then error('paygate: injected failure at write ' .. inject_at) end
+  writes[#writes + 1] = {...}
+end
+-- write_members queues cmd key <prefix...> then members (and for ZADD a score before each), split into
+-- calls of at most 1000 members.
+local function write_members(cmd, key, members, score)
+  local args = {}
+  for _, m in ipairs(members) do
+    if score then args[#args + 1] = score end
+    args[#args + 1] = m
+    if #args >= 2000 then write(cmd, key, unpack(args)); args = {} end
+  end
+  if #args > 0 then write(cmd, key, unpack(args)) end
+end
+local function flush()
+  for _, w in ipairs(writes) do redis.call(unpack(w)) end
+  return true
+end
 
 local EPS = 1e-9 -- fractions of a unit this small are rounding, not room
 
@@ -109,7 +165,7 @@ local function hash_pairs(reply)
   return m
 end
 
-local function expire(key, ms) redis.call('PEXPIRE', key, int(math.ceil(ms))) end
+local function expire(key, ms) write('PEXPIRE', key, int(math.ceil(ms))) end
 
 local algo = {}
 
@@ -127,7 +183,7 @@ end
 -- index_of(i, slot) (bucket or window), count(i, k), add(i, k, n) and keep(i) (sets the hash's expiry).
 -- give_back takes a job's units out of the counter its slot fell in, while that counter still counts;
 -- take_back puts them back (a denied move) and sets the expiry again: give_back may have emptied the
--- hash (HDEL of its last field deletes the key), and HINCRBY makes it anew without one.
+-- hash (HDEL of its last field deletes the key), and HSET makes it anew without one.
 local function counter_undo(index_of, count, add, keep)
   local function give_back(slot, n)
     local taken = {}
@@ -194,32 +250,51 @@ local function undoable(key, names)
       if s.v[name] then args[#args + 1], args[#args + 2] = vf[j], num(s.v[name]) else gone[#gone + 1] = vf[j] end
       if s.u[name] then args[#args + 1], args[#args + 2] = uf[j], num(s.u[name]) else gone[#gone + 1] = uf[j] end
     end
-    if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
-    redis.call('HSET', key, unpack(args))
+    if #gone > 0 then write('HDEL', key, unpack(gone)) end
+    write('HSET', key, unpack(args))
     expire(key, ttl_ms)
   end
   return s
 end
 
--- units_at lists the id's members at one score.
+-- units_at lists the id's members at one score, and the units they stand for: their number when the record
+-- holds one per unit, else the cost its "\0n" member names (the largest k of id.."\0"..k serves both).
 local function units_at(at)
-  local out = {}
+  local out, n, prefix = {}, 1, id .. '\0'
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', ids, int(at), int(at))) do
-    if m == id or string.sub(m, 1, #id + 1) == id .. '\0' then out[#out + 1] = m end
+    if m == id then
+      out[#out + 1] = m
+    elseif string.sub(m, 1, #prefix) == prefix then
+      out[#out + 1] = m
+      n = math.max(n, tonumber(string.sub(m, #prefix + 1)) or 1)
+    end
   end
-  return out
+  return out, n
 end
 
--- record puts the id's members in the record at slot. Every slot in the record is at most reset_after from
--- now (the newest admission is what sets it), so the expiry below never cuts a later entry short.
-local function record(slot, members)
-  local args = {}
-  for _, m in ipairs(members) do
-    args[#args + 1] = int(slot)
-    args[#args + 1] = m
+-- members_of names the id's members for an admission of cost n.
+local function members_of(n)
+  local members = {id}
+  if algo.per_unit then
+    for k = 2, n do members[k] = id .. '\0' .. k end
+  elseif n > 1 then
+    members[2] = id .. '\0' .. n
   end
-  redis.call('ZADD', ids, unpack(args))
+  return members
+end
+
+-- record queues the id's members into the record at slot. Every slot in the record is at most reset_after
+-- from now (the newest admission is what sets it), so the expiry below never cuts a later entry short.
+local function record(slot, members)
+  write_members('ZADD', ids, members, int(slot))
   expire(ids, (math.max(slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
+end
+
+-- mark queues a mark on the id in the sent hash, kept at least as long as the record keeps the id.
+local function mark(value, ttl_us)
+  write('HSET', sent, id, value)
+  local ttl = math.ceil(ttl_us / 1000) + 1000
+  if redis.call('PTTL', sent) < ttl then write('PEXPIRE', sent, int(ttl)) end
 end
 
 local function run()
@@ -234,57 +309,72 @@ local function run()
     return reply
   end
 
-  -- What no duplicate check needs any more is trimmed on every call.
-  redis.call('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup))
+  -- What no duplicate check needs any more is trimmed on every call (queued like every write: an id found
+  -- older than that is taken as gone).
+  write('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup))
   algo.load(true)
   local prev = redis.call('ZSCORE', ids, id)
   if prev then prev = tonumber(prev) end
+  if prev and prev < now - dedup then prev = nil end
+  local marked = redis.call('HGET', sent, id)
 
   if op == 'release' then
-    if not prev or (arg4 ~= 0 and prev ~= arg4) then return 0 end
-    local gone = units_at(prev)
-    redis.call('ZREM', ids, unpack(gone))
-    algo.give_back(prev, #gone)
+    if not prev or (arg4 ~= 0 and prev ~= arg4) or marked then return 0 end
+    local gone, n = units_at(prev)
+    write_members('ZREM', ids, gone)
+    algo.give_back(prev, n)
     algo.save()
-    return #gone
+    flush()
+    return n
   end
 
   local max_wait = arg4
   local pause_until = tonumber(redis.call('GET', pause) or 0)
   -- Warm-up: no epoch means the state may have lost what the provider still counts. Hold the provider
   -- until nothing admitted or reserved before the loss can share a window with what is admitted after it.
-  if warmup > 0 and redis.call('SET', KEYS[#KEYS], string.format('%d', now), 'NX') then
+  -- It stands whatever this decision's verdict.
+  if warmup > 0 and redis.call('EXISTS', epoch) == 0 then
+    write('SET', epoch, int(now))
     if now + warmup > pause_until then
       pause_until = now + warmup
-      redis.call('SET', pause, string.format('%d', pause_until), 'PX', string.format('%d', math.ceil(warmup / 1000) + 1000))
+      write('SET', pause, int(pause_until), 'PX', int(math.ceil(warmup / 1000) + 1000))
     end
+  end
+  local kept = #writes -- a denial keeps the trim and the warm-up, and drops the rest
+  local function deny(r)
+    for k = #writes, kept + 1, -1 do writes[k] = nil end
+    flush()
+    return r
   end
   local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved)
     return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after()))}
   end
 
-  local moved, old, gone, token = 0, 0, nil, nil
-  if prev and stale > 0 and math.max(now, pause_until) - prev > stale and redis.call('HEXISTS', sent, id) == 0 then
+  local moved, old, token = 0, 0, nil
+  if prev and stale > 0 and math.max(now, pause_until) - prev > stale and marked ~= '1' then
     -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back
-    -- where the algorithm can give them back); it is admitted afresh below, or everything is restored.
+    -- where the algorithm can give them back); it is admitted afresh below, or everything stays.
     moved, old = 1, prev
-    gone = units_at(prev)
-    redis.call('ZREM', ids, unpack(gone))
-    token = algo.give_back(prev, #gone)
+    local gone, n = units_at(prev)
+    write_members('ZREM', ids, gone)
+    token = algo.give_back(prev, n)
   elseif prev then
     -- A duplicate holds its permit already: it goes at its own slot, after a pause, or now, whichever is
     -- latest, within max wait like any job.
     local at, paused = math.max(prev, now), 0
     if pause_until > at then at, paused = pause_until, 1 end
     local room, index = algo.room(at)
-    if at - now > max_wait then return reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0) end
-    return reply(1, 1, at - now, 0, room, index, paused, prev, 0)
+    if at - now > max_wait then return deny(reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0)) end
+    mark('dup', math.max(at - now, 0) + dedup)
+    local r = reply(1, 1, at - now, 0, room, index, paused, prev, 0)
+    flush()
+    return r
   end
 
   local from = math.max(now, pause_until)
   local tat = 0
   if pace > 0 and not forced then
-    tat = tonumber(redis.call('GET', KEYS[#KEYS - 1]) or 0)
+    tat = tonumber(redis.call('GET', pace_key) or 0)
     from = math.max(from, tat - tolerance)
   end
   local slot, blocker, hold = from, nil, 0
@@ -299,22 +389,20 @@ local function run()
   if pause_until > now and slot == pause_until then paused = 1 end
   local wait = slot - now
   if wait > max_wait or hold > 0 then
-    if moved == 1 then -- denied: the units and the entry go back where they were
-      algo.take_back(token)
-      record(old, gone)
-    end
+    if moved == 1 then algo.take_back(token) end -- denied: the units and the entry stay where they were
     local room, index = algo.room(now)
-    return reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0)
+    return deny(reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0))
   end
   if forced then algo.force(slot, cost) else algo.commit(slot, cost) end
   algo.save()
   if pace > 0 then
     tat = math.max(tat, slot) + cost * pace
-    redis.call('SET', KEYS[#KEYS - 1], int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
+    write('SET', pace_key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
   end
-  local members = {id}
-  for k = 2, cost do members[k] = id .. '\0' .. k end
-  record(slot, members)
+  record(slot, members_of(cost))
+  if marked and not prev then write('HDEL', sent, id) end -- a mark from an earlier life of the id, trimmed since
   local room, index = algo.room(slot)
-  return reply(1, 0, wait, 0, room, blocker or index, paused, old, moved)
+  local r = reply(1, 0, wait, 0, room, blocker or index, paused, old, moved)
+  flush()
+  return r
 end

@@ -7,7 +7,7 @@
 --
 -- This is INCR + PEXPIRE per window, with the window chosen by the Redis clock: a key computed inside the
 -- script could not be declared in KEYS (Redis Cluster), so each window is a field of one hash per policy,
--- incremented with HINCRBY, and past windows are deleted as time passes.
+-- set to its new count (HSET), and past windows are deleted as time passes.
 --
 -- Guarantee: every calendar window of every policy holds at most L units. A window of W across a boundary
 -- can hold up to 2*L (L at the end of one window, L at the start of the next): by design, and what a
@@ -19,7 +19,7 @@
 -- window, from there on, with room for the job in every policy, at its start. Release and moves take a
 -- job's units out of its window's counter while that window is current or ahead (exact).
 
--- counts[i] maps a window index, as the string HINCRBY takes, to units. (String keys: a Lua table indexed
+-- counts[i] maps a window index, as the string HSET takes, to units. (String keys: a Lua table indexed
 -- by numbers in the tens of millions makes gopher-lua, the demo's embedded Redis, allocate an array that
 -- large.)
 local keys_of, counts = {}, {}
@@ -34,7 +34,7 @@ function algo.load(trim)
     for idx, c in pairs(hash_pairs(redis.call('HGETALL', keys_of[i]))) do
       if trim and tonumber(idx) < current then drop[#drop + 1] = idx else m[idx] = tonumber(c) end
     end
-    if #drop > 0 then redis.call('HDEL', keys_of[i], unpack(drop)) end
+    if #drop > 0 then write('HDEL', keys_of[i], unpack(drop)) end
     counts[i] = m
   end
 end
@@ -61,12 +61,14 @@ function algo.earliest(from, n)
   return error('paygate: fixed_window found no window with room')
 end
 
+-- add changes window k of policy i by n units, in Lua and (queued) in its hash.
 local function add(i, k, n)
-  local c = redis.call('HINCRBY', keys_of[i], int(k), n)
+  local c = count(i, k) + n
   if c <= 0 then
-    redis.call('HDEL', keys_of[i], int(k))
+    write('HDEL', keys_of[i], int(k))
     counts[i][int(k)] = nil
   else
+    write('HSET', keys_of[i], int(k), int(c))
     counts[i][int(k)] = c
   end
 end

@@ -1,9 +1,10 @@
 -- gcra.lua: the generic cell rate algorithm, burst = limit per window; appended to family.lua (see there for
 -- KEYS[1..3], ARGV and the reply).
 --
--- KEYS[4] -> <prefix>:{<provider>}:gcra   HASH   v:<window µs> = the policy's theoretical arrival time (TAT,
---                                                µs, a fraction); last, last_slot, u:<window µs>: the undo
---                                                record of the newest admission (family.lua's undoable)
+-- KEYS[4] -> <prefix>:{<provider>}:gcra   HASH   the policy's theoretical arrival time TAT = q + r/L µs, kept
+--                                                exactly: v:<window µs> = q (whole µs), v:<window µs>:r = r
+--                                                (0 <= r < L); last, last_slot, u:*: the undo record of the
+--                                                newest admission (family.lua's undoable)
 --
 -- Per policy (limit L, window W, margin m): emission interval T = (W + m) / L µs per unit. A job of cost n
 -- may go at s when max(TAT, s) + n*T - s <= W, and then TAT = max(TAT, s) + n*T. With m = 0 that is the
@@ -18,19 +19,54 @@
 -- and moves.
 -- Release (and a move) restores the TATs exactly when the job is the newest admission; otherwise its
 -- units stay spent until they drain (never more than the limit).
+--
+-- Exact arithmetic: T = (W + m) / L is rarely a whole number of µs, and adding it as a double drifts
+-- (-1/12 µs per unit at 3/1ms). So W + m = a*L + b, n*T = n*a + n*b/L, and the TAT keeps its fraction as
+-- the numerator r over L: every admission decision is made on whole numbers (exact while n*b < 2^53, that
+-- is for limits below 9.4e7). Only the room and status figures, which decide nothing, use doubles.
 
-local T, names = {}, {}
-for i = 1, P do T[i], names[i] = (windows[i] + margin) / limits[i], int(windows[i]) end
+local T, A, B, qn, rn, names = {}, {}, {}, {}, {}, {}
+for i = 1, P do
+  local d = windows[i] + margin
+  T[i], A[i], B[i] = d / limits[i], math.floor(d / limits[i]), d % limits[i]
+  qn[i], rn[i] = int(windows[i]), int(windows[i]) .. ':r'
+  names[#names + 1], names[#names + 2] = qn[i], rn[i]
+end
 local state = undoable(KEYS[4], names)
 
-local function tat(i) return state.v[names[i]] or 0 end
+-- q, r: the TAT of policy i as q + r/L (a q stored as a fraction by an older version is rounded up).
+local function q(i) return math.ceil(state.v[qn[i]] or 0) end
+local function r(i) return state.v[rn[i]] or 0 end
+local function tat(i) return q(i) + r(i) / limits[i] end
+
+-- plus returns q', r' for (q + r/L) + n*T, exactly.
+local function plus(i, q0, r0, n)
+  local x = r0 + n * B[i]
+  return q0 + n * A[i] + math.floor(x / limits[i]), x % limits[i]
+end
+
+-- fits reports n*T <= W, exactly.
+local function fits(i, n)
+  local whole, frac = plus(i, 0, 0, n)
+  return whole < windows[i] or (whole == windows[i] and frac == 0)
+end
 
 function algo.load(_) state.load() end
 
+-- A job of cost n may go at s when max(TAT, s) + n*T - s <= W: at or after TAT + n*T - W (rounded up to
+-- the µs), or, when n*T > W, at or after the TAT itself.
 function algo.earliest(from, n)
   local slot, blocker = from, nil
   for i = 1, P do
-    local s = math.ceil(tat(i) - math.max(0, windows[i] - n * T[i]) - EPS)
+    local s
+    if fits(i, n) then
+      local whole, frac = plus(i, q(i), r(i), n)
+      s = whole - windows[i]
+      if frac > 0 then s = s + 1 end
+    else
+      s = q(i)
+      if r(i) > 0 then s = s + 1 end
+    end
     if s > slot then slot, blocker = s, i end
   end
   return slot, blocker, 0
@@ -38,7 +74,11 @@ end
 
 function algo.commit(slot, n)
   state.begin(slot)
-  for i = 1, P do state.v[names[i]] = math.max(tat(i), slot) + n * T[i] end
+  for i = 1, P do
+    local q0, r0 = q(i), r(i)
+    if slot > q0 or (slot == q0 and r0 == 0) then q0, r0 = slot, 0 end
+    state.v[qn[i]], state.v[rn[i]] = plus(i, q0, r0, n)
+  end
 end
 
 function algo.force() error('paygate: force is only for token_bucket') end
@@ -54,9 +94,9 @@ function algo.room(at)
 end
 
 function algo.reset_after()
-  local r = 0
-  for i = 1, P do r = math.max(r, tat(i) - now) end
-  return r
+  local m = 0
+  for i = 1, P do m = math.max(m, tat(i) - now) end
+  return m
 end
 
 function algo.status()
@@ -64,8 +104,8 @@ function algo.status()
   for i = 1, P do
     local level = math.ceil(math.max(0, tat(i) - now) / T[i] - EPS)
     local used = math.min(limits[i], level)
-    local r = math.max(0, math.floor(tokens(i, now) + EPS))
-    out[i] = {used, level - used, r, math.max(0, math.ceil(tat(i) - now))}
+    local room = math.max(0, math.floor(tokens(i, now) + EPS))
+    out[i] = {used, level - used, room, math.max(0, math.ceil(tat(i) - now))}
   end
   return out
 end

@@ -4,7 +4,7 @@ package lua
 
 import _ "embed"
 
-// SlidingLog admits, reserves or denies one job against all of one provider's policies.
+// SlidingLog keeps an exact log, one member per unit of cost: the default algorithm.
 //
 //go:embed sliding_log.lua
 var SlidingLog string
@@ -14,23 +14,14 @@ var SlidingLog string
 //go:embed pause.lua
 var Pause string
 
-// Release gives back a job's admission.
-//
-//go:embed release.lua
-var Release string
-
-// Status reports one provider's use of each policy without changing anything.
-//
-//go:embed status.lua
-var Status string
-
 // Sent marks a job whose request was accepted though its delivery was not settled.
 //
 //go:embed sent.lua
 var Sent string
 
-// Family is the part every algorithm but sliding_log shares (ids, duplicates, moves, pause, release,
-// status); each of the scripts below is appended to it and run as one script.
+// Family is the driver every algorithm shares (input checks, ids, duplicates, moves, pause, pace,
+// warm-up, reserve, release, status): each algorithm's script is appended to it and run as one script,
+// with one KEYS/ARGV layout and one reply (see its header).
 //
 //go:embed family.lua
 var Family string

@@ -39,7 +39,7 @@ function algo.load(trim)
       local k = tonumber(idx)
       if trim and k < first then drop[#drop + 1] = idx else list[#list + 1] = {k, tonumber(c)} end
     end
-    if #drop > 0 then redis.call('HDEL', keys_of[i], unpack(drop)) end
+    if #drop > 0 then write('HDEL', keys_of[i], unpack(drop)) end
     table.sort(list, function(a, b) return a[1] < b[1] end)
     counts[i] = list
   end
@@ -75,20 +75,24 @@ function algo.earliest(from, n)
   return slot, blocker, 0
 end
 
+-- add changes bucket k of policy i by n units, in Lua and (queued) in its hash.
 local function add(i, k, n)
-  local c = redis.call('HINCRBY', keys_of[i], int(k), n)
   for j, e in ipairs(counts[i]) do
     if e[1] == k then
+      local c = e[2] + n
       if c <= 0 then
-        redis.call('HDEL', keys_of[i], int(k))
+        write('HDEL', keys_of[i], int(k))
         table.remove(counts[i], j)
       else
+        write('HSET', keys_of[i], int(k), int(c))
         e[2] = c
       end
       return
     end
   end
-  table.insert(counts[i], {k, c})
+  if n <= 0 then return end
+  write('HSET', keys_of[i], int(k), int(n))
+  table.insert(counts[i], {k, n})
   table.sort(counts[i], function(a, b) return a[1] < b[1] end)
 end
 

@@ -153,7 +153,7 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 			closers = append(closers, func() { rdb.Close() })
 			l, err := gate.New(rdb, gate.Options{Prefix: name, Margin: 10 * time.Millisecond, StaleAfter: 5 * time.Millisecond,
-				Providers: map[string]gate.Provider{"p": {Policies: []gate.Policy{{Limit: 1 << 30, Window: time.Second}}}}})
+				Providers: map[string]gate.Provider{"p": {Policies: []gate.Policy{{Limit: gate.MaxSlidingLogLimit, Window: time.Second}}}}})
 			if err != nil {
 				return res, err
 			}

@@ -21,7 +21,7 @@ func benchClient(b *testing.B) redis.UniversalClient { return backends(b)[0].rdb
 // Two limits no benchmark reaches: every decision admits and the log is trimmed in steady state. The longest
 // window keeps the log at a few thousand units, the size a real provider's log has (3000/min keeps at
 // most 3000); each benchmark reports it as log_units.
-var roomy = []gate.Policy{pol(1_000_000_000, 100*time.Millisecond), pol(1_000_000_000, 400*time.Millisecond)}
+var roomy = []gate.Policy{pol(gate.MaxSlidingLogLimit, 100*time.Millisecond), pol(gate.MaxSlidingLogLimit, 400*time.Millisecond)} // the largest a sliding log takes; no run reaches it
 
 func reportLogSize(b *testing.B, rdb redis.UniversalClient, l *gate.Limiter) {
 	keys, _ := l.Keys(prov)
@@ -170,7 +170,7 @@ func BenchmarkMemoryPerEntry(b *testing.B) {
 	ctx := context.Background()
 	const n = 10_000
 	for b.Loop() {
-		l := newLimiter(b, rdb, 0, pol(1_000_000, time.Hour))
+		l := newLimiter(b, rdb, 0, pol(gate.MaxSlidingLogLimit, time.Hour))
 		ids := 0
 		for range n {
 			ids++

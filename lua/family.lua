@@ -95,13 +95,13 @@ local op, id = ARGV[1], ARGV[2]
 
 -- Every check before anything is read or written: a bad call is an error reply and changes nothing.
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
-local function whole(s2) local x = tonumber(s2); if x and x == math.floor(x) then return x end end
 if op ~= 'reserve' and op ~= 'release' and op ~= 'status' then return bad('op must be reserve, release or status', op) end
 if op ~= 'status' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
   return bad('job id must be 1..600 bytes without NUL; length', #id)
 end
 for i = 3, #ARGV do
-  if not whole(ARGV[i]) or whole(ARGV[i]) < 0 then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
+  local x = tonumber(ARGV[i])
+  if not x or x < 0 or x ~= math.floor(x) then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
 end
 if (#ARGV - 12) < 2 or (#ARGV - 12) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[12]; arguments', #ARGV) end
 
@@ -272,6 +272,16 @@ local function units_at(at)
   return out, n
 end
 
+-- newest_slot is the newest slot in the record as the script began (read once).
+local newest_read, newest_value = false, nil
+local function newest_slot()
+  if not newest_read then
+    newest_value = tonumber(redis.call('ZREVRANGE', ids, 0, 0, 'WITHSCORES')[2] or nil)
+    newest_read = true
+  end
+  return newest_value
+end
+
 -- members_of names the id's members for an admission of cost n.
 local function members_of(n)
   local members = {id}
@@ -309,18 +319,21 @@ local function run()
     return reply
   end
 
-  -- What no duplicate check needs any more is trimmed on every call (queued like every write: an id found
-  -- older than that is taken as gone).
-  write('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup))
+  -- What no duplicate check needs any more is trimmed by every call that writes the record (an id found
+  -- older than that is taken as gone meanwhile).
+  local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup)) end
   algo.load(true)
   local prev = redis.call('ZSCORE', ids, id)
   if prev then prev = tonumber(prev) end
   if prev and prev < now - dedup then prev = nil end
-  local marked = redis.call('HGET', sent, id)
+  -- Marks matter only to an id in the record (a mark left from an earlier life of an id that has left the
+  -- record since is harmless: it can only refuse a release, which keeps a unit spent, never too few).
+  local marked = prev and redis.call('HGET', sent, id)
 
   if op == 'release' then
     if not prev or (arg4 ~= 0 and prev ~= arg4) or marked then return 0 end
     local gone, n = units_at(prev)
+    trim()
     write_members('ZREM', ids, gone)
     algo.give_back(prev, n)
     algo.save()
@@ -329,7 +342,14 @@ local function run()
   end
 
   local max_wait = arg4
-  local pause_until = tonumber(redis.call('GET', pause) or 0)
+  -- The pause, and the pace's arrival time when paced, in one read.
+  local pause_until, tat = 0, 0
+  if pace > 0 then
+    local got = redis.call('MGET', pause, pace_key)
+    pause_until, tat = tonumber(got[1] or 0), tonumber(got[2] or 0)
+  else
+    pause_until = tonumber(redis.call('GET', pause) or 0)
+  end
   -- Warm-up: no epoch means the state may have lost what the provider still counts. Hold the provider
   -- until nothing admitted or reserved before the loss can share a window with what is admitted after it.
   -- It stands whatever this decision's verdict.
@@ -372,16 +392,14 @@ local function run()
   end
 
   local from = math.max(now, pause_until)
-  local tat = 0
-  if pace > 0 and not forced then
-    tat = tonumber(redis.call('GET', pace_key) or 0)
-    from = math.max(from, tat - tolerance)
-  end
+  if pace > 0 and not forced then from = math.max(from, tat - tolerance) end
   local slot, blocker, hold = from, nil, 0
   if not forced then
-    if algo.fcfs then
-      local tail = redis.call('ZREVRANGE', ids, 0, 0, 'WITHSCORES')[2]
-      if tail then from = math.max(from, tonumber(tail)) end
+    -- First come, first served: not before the record's newest slot. Paced one at a time, the pace's
+    -- arrival time is already past every slot in the record (each admission moves it past its own slot).
+    if algo.fcfs and not (pace > 0 and tolerance == 0 and tat > 0) then
+      local tail = newest_slot()
+      if tail then from = math.max(from, tail) end
     end
     slot, blocker, hold = algo.earliest(from, cost)
   end
@@ -394,13 +412,13 @@ local function run()
     return deny(reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0))
   end
   if forced then algo.force(slot, cost) else algo.commit(slot, cost) end
+  trim()
   algo.save()
   if pace > 0 then
     tat = math.max(tat, slot) + cost * pace
     write('SET', pace_key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
   end
   record(slot, members_of(cost))
-  if marked and not prev then write('HDEL', sent, id) end -- a mark from an earlier life of the id, trimmed since
   local room, index = algo.room(slot)
   local r = reply(1, 0, wait, 0, room, blocker or index, paused, old, moved)
   flush()

@@ -27,12 +27,15 @@ end
 
 local added, removed -- {slot, n}: queued in this call
 
-local cache = {}
+local cache = {} -- cache[i][at]: ZCOUNT as read (number keys: a µs time is 16 digits, more than tostring keeps)
+for i = 1, P do cache[i] = {} end
 -- count is the units policy i counts in its window ending at `at`, with any reservations beyond it.
 local function count(i, at)
-  local key = i .. ':' .. at
-  if not cache[key] then cache[key] = redis.call('ZCOUNT', ids, int(at - W[i] + 1), '+inf') end
-  local c = cache[key]
+  local c = cache[i][at]
+  if not c then
+    c = redis.call('ZCOUNT', ids, int(at - W[i] + 1), '+inf')
+    cache[i][at] = c
+  end
   if removed and removed.slot > at - W[i] then c = c - removed.n end
   if added and added.slot > at - W[i] then c = c + added.n end
   return c
@@ -85,7 +88,7 @@ function algo.room(at)
 end
 
 local function newest()
-  local tail = tonumber(redis.call('ZREVRANGE', ids, 0, 0, 'WITHSCORES')[2] or nil)
+  local tail = newest_slot()
   if added and (not tail or added.slot > tail) then tail = added.slot end
   return tail
 end

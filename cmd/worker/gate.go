@@ -61,6 +61,33 @@ func checkHold(c *config.Config) error {
 		r.ConsumerTimeout, hold, r.Prefetch, c.Worker.Concurrency, consumers.MaxLateTries, c.Worker.MaxInlineWait, slowest, consumers.SettleTimeout)}}
 }
 
+// capacity says, per provider, what one worker process can keep in flight against its paced budget, so that
+// a fleet too small for it is not a silent cap: handlers are worker.concurrency, and under RabbitMQ no more
+// than its prefetch (deliveries the broker hands a consumer before any is settled). One process fills a
+// budget of R per second while a request (with its settling) takes under handlers / R; a slower provider
+// needs more processes (they add up) or a higher concurrency. warn is set when the configuration caps
+// itself: a prefetch below the concurrency leaves handlers idle whatever the provider.
+func capacity(c *config.Config) (lines []string, warn []string) {
+	handlers := c.Worker.Concurrency
+	if c.Broker.Kind == "rabbitmq" && c.Broker.RabbitMQ.Prefetch < handlers {
+		handlers = c.Broker.RabbitMQ.Prefetch
+		warn = append(warn, fmt.Sprintf("broker.rabbitmq.prefetch %d is below worker.concurrency %d: only %d handlers per provider ever work; raise prefetch to at least the concurrency",
+			c.Broker.RabbitMQ.Prefetch, c.Worker.Concurrency, handlers))
+	}
+	for _, name := range c.ProviderNames() {
+		ps := policies(c.Providers[name])
+		pace := gate.PaceOf(ps, c.Gate.Margin)
+		if pace == 0 {
+			lines = append(lines, fmt.Sprintf("%s: quotas only (no window of a minute or less): %d handlers per process", name, handlers))
+			continue
+		}
+		rate := float64(time.Second) / float64(pace)
+		fill := time.Duration(float64(handlers) / rate * float64(time.Second)).Round(time.Millisecond)
+		lines = append(lines, fmt.Sprintf("%s: %.4g/s paced; one process's %d handlers fill it while a request takes under %s; more processes add up", name, rate, handlers, fill))
+	}
+	return lines, warn
+}
+
 func checkConfig(args []string, stdout, stderr io.Writer) error {
 	fs, path := newFlags("check-config", stderr)
 	if err := parse(fs, args); err != nil {
@@ -103,7 +130,18 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, pace, p.Timeout, p.URL)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	lines, warn := capacity(c)
+	fmt.Fprintln(stdout, "capacity:")
+	for _, l := range lines {
+		fmt.Fprintln(stdout, "  "+l)
+	}
+	for _, w := range warn {
+		fmt.Fprintln(stdout, "warning: "+w)
+	}
+	return nil
 }
 
 func policies(p config.Provider) []gate.Policy {

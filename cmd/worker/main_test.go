@@ -89,6 +89,15 @@ func TestCheckConfig(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "acme") || !strings.Contains(r.stdout, "100/1s,3000/1m") {
 		t.Fatalf("shipped config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// No silent cap: what one process can keep in flight against the paced budget, and a prefetch that caps it.
+	if want := "acme: 99.01/s paced; one process's 16 handlers fill it while a request takes under 162ms"; !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "warning") {
+		t.Fatalf("shipped config: capacity line %q missing, or a warning:\n%s", want, r.stdout)
+	}
+	r = worker(t, []string{"PAYGATE_BROKER_RABBITMQ_PREFETCH=8"}, "check-config", "--config", "../../config.yaml")
+	if want := "warning: broker.rabbitmq.prefetch 8 is below worker.concurrency 16: only 8 handlers per provider ever work"; r.code != 0 || !strings.Contains(r.stdout, want) ||
+		!strings.Contains(r.stdout, "8 handlers fill it while a request takes under 81ms") {
+		t.Fatalf("prefetch below concurrency: exit %d, want %q:\n%s", r.code, want, r.stdout)
+	}
 	r = worker(t, nil, "check-config", "--config", "../../config/testdata/bad_values.yaml")
 	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "providers.acme.limits[0].per: must be > 0, got 0s") {
 		t.Fatalf("invalid config: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)

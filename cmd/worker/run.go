@@ -95,6 +95,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}()
 	defer func() { stopWatch(); <-watched }()
+	lines, warn := capacity(c)
+	for _, l := range lines {
+		log.Info("capacity: " + l)
+	}
+	for _, w := range warn {
+		log.Warn("capacity: " + w)
+	}
 	log.Info("worker running", zap.String("http", srv.Addr()), zap.String("broker", c.Broker.Kind),
 		zap.String("redis", c.Redis.String()), zap.Strings("providers", c.ProviderNames()))
 	err = w.Run(ctx, b)

@@ -155,29 +155,41 @@ func TestGateTryUnreachableRedis(t *testing.T) {
 	}
 }
 
-// The acceptance check: 20 concurrent "gate try" processes at 5 per 3s admit exactly 5, and the
-// same id again is a duplicate.
-func TestGateTryConcurrent(t *testing.T) {
-	cfg := testConfig(t, fivePer3s)
+// tryConcurrently runs n "gate try" processes for provider acme at once, ids prefix-0..prefix-(n-1), and
+// returns every verdict (the test fails unless each printed one).
+func tryConcurrently(t *testing.T, cfg string, n int, prefix string, flags ...string) []tryVerdict {
+	t.Helper()
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		verdicts []tryVerdict
+		wg sync.WaitGroup
+		mu sync.Mutex
+		vs []tryVerdict
 	)
-	for i := range 20 {
+	for i := range n {
 		wg.Go(func() {
-			r := worker(t, nil, "gate", "try", "--config", cfg, "--provider", "acme", "--id", fmt.Sprintf("job-%d", i))
+			args := append([]string{"gate", "try", "--config", cfg, "--provider", "acme", "--id", fmt.Sprintf("%s-%d", prefix, i)}, flags...)
+			r := worker(t, nil, args...)
 			var v tryVerdict
 			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
 				t.Errorf("exit %d stdout %q stderr %s", r.code, r.stdout, r.stderr)
 				return
 			}
 			mu.Lock()
-			verdicts = append(verdicts, v)
+			vs = append(vs, v)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	if len(vs) != n {
+		t.FailNow()
+	}
+	return vs
+}
+
+// The acceptance check: 20 concurrent "gate try" processes at 5 per 3s admit exactly 5, and the
+// same id again is a duplicate.
+func TestGateTryConcurrent(t *testing.T) {
+	cfg := testConfig(t, fivePer3s)
+	verdicts := tryConcurrently(t, cfg, 20, "job")
 	var admitted []string
 	for _, v := range verdicts {
 		if v.Allowed {
@@ -227,31 +239,7 @@ func TestGateTryPaced(t *testing.T) {
 		t.Fatalf("check-config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	const pace = 602 * time.Millisecond
-	ask := func(prefix, maxWait string) []tryVerdict {
-		var (
-			wg sync.WaitGroup
-			mu sync.Mutex
-			vs []tryVerdict
-		)
-		for i := range 5 {
-			wg.Go(func() {
-				r := worker(t, nil, "gate", "try", "--config", cfg, "--provider", "acme", "--id", fmt.Sprintf("%s-%d", prefix, i), "--max-wait", maxWait)
-				var v tryVerdict
-				if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
-					t.Errorf("exit %d stdout %q stderr %s", r.code, r.stdout, r.stderr)
-					return
-				}
-				mu.Lock()
-				vs = append(vs, v)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		if len(vs) != 5 {
-			t.FailNow()
-		}
-		return vs
-	}
+	ask := func(prefix, maxWait string) []tryVerdict { return tryConcurrently(t, cfg, 5, prefix, "--max-wait", maxWait) }
 	admitted := 0
 	for _, v := range ask("now", "0s") {
 		switch {

@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"strings"
 	"testing"
@@ -232,6 +233,90 @@ func TestGCRANoDrift(t *testing.T) {
 		}
 		if checked < 100 {
 			t.Fatalf("only %d spans in a backlog: too few to show a drift", checked)
+		}
+	})
+}
+
+// From a second review: a leaky bucket's arrival time was a double too, and a T whose fraction is below 1/8
+// µs (9 per 10ms: T = 1111.11µs) was rounded away at today's clock: slots came 1111µs apart, 10 in 10ms.
+func TestLeakyBucketExactSpacing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		l := newAlgo(t, rdb, gate.LeakyBucket, 0, pol(9, 10*time.Millisecond))
+		for i := range 200 {
+			mustReserve(t, l, id(i), 1, time.Second)
+		}
+		if got := maxInWindow(readLog(t, rdb, l), 10*time.Millisecond); got > 9 {
+			t.Fatalf("%d units in a window of 10ms, limit 9", got)
+		}
+	})
+}
+
+// From a second review: thousands of old buckets or windows piled up between two calls are deleted in
+// split calls (one HDEL of them all passed Lua's unpack limit, and every call failed until the hash
+// expired); and fixed_window's search for a window with room stops at the max wait.
+func TestCounterEdges(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	for _, algo := range []gate.Algorithm{gate.SlidingWindow, gate.FixedWindow} {
+		l := newAlgo(t, rdb, algo, 0, pol(10, 10*time.Millisecond))
+		keys, _ := l.Keys(prov)
+		width := int64(10000) // a window of 10ms, or a bucket of 1ms
+		if algo == gate.SlidingWindow {
+			width = 1000
+		}
+		now := redisTime(t, rdb)
+		var args []any
+		for j := range int64(9000) {
+			args = append(args, strconv.FormatInt(now/width-20-j, 10), "1")
+		}
+		if err := rdb.HSet(ctx, keys[3], args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := l.Reserve(ctx, prov, "y", 1, 0); err != nil || !v.Allowed {
+			t.Fatalf("%s after 9000 old counters: %+v %v", algo, v, err)
+		}
+		if n := rdb.HLen(ctx, keys[3]).Val(); n > 2 {
+			t.Fatalf("%s: %d counters left, the old ones not deleted", algo, n)
+		}
+	}
+	l := newAlgo(t, rdb, gate.FixedWindow, 0, pol(1, time.Millisecond))
+	keys, _ := l.Keys(prov)
+	now := redisTime(t, rdb) / 1000
+	pipe := rdb.Pipeline()
+	for j := int64(0); j < 100_010; j += 1000 {
+		var args []any
+		for k := j; k < j+1000; k++ {
+			args = append(args, strconv.FormatInt(now+k, 10), "1")
+		}
+		pipe.HSet(ctx, keys[3], args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := l.Reserve(ctx, prov, "z", 1, time.Second); err != nil || v.Allowed {
+		t.Fatalf("fixed_window behind 100000 full windows: %+v %v, want denied", v, err)
+	}
+}
+
+// From a second review: a duplicate let go on a job marked Sent overwrote the mark, so that a later stale
+// redelivery of a job the provider had accepted was moved, spending a unit for a replay.
+func TestDuplicateKeepsSentMark(t *testing.T) {
+	eachAlgorithm(t, family, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		ctx := context.Background()
+		l := newAlgoOpts(t, rdb, gate.Options{StaleAfter: 100 * time.Millisecond}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(10, 10*time.Second)}})
+		if v := mustReserve(t, l, "x", 1, 0); !v.Allowed {
+			t.Fatalf("x: %+v", v)
+		}
+		if err := l.Sent(ctx, prov, "x"); err != nil {
+			t.Fatal(err)
+		}
+		if d := mustReserve(t, l, "x", 1, 0); !d.Duplicate || !d.Allowed {
+			t.Fatalf("x again: %+v", d)
+		}
+		time.Sleep(150 * time.Millisecond)
+		if v := mustReserve(t, l, "x", 1, 0); v.Moved || !v.Duplicate {
+			t.Fatalf("stale redelivery of a sent job: %+v, want a plain duplicate", v)
 		}
 	})
 }

@@ -257,6 +257,44 @@ local function undoable(key, names)
   return s
 end
 
+-- arrivals is gcra's and leaky_bucket's theoretical arrival time (TAT) per policy, kept exactly as q + r/L µs
+-- (q whole, 0 <= r < L) in an undoable state (field v:<W µs> = q, v:<W µs>:r = r). T = (W + m) / L is rarely a
+-- whole number of µs, and a double at today's clock holds µs only to 0.25: adding T as a double drifts, or
+-- rounds a fraction below 1/8 away. With W + m = a*L + b, n*T = n*a + n*b/L is added in whole numbers, exact
+-- while n*b < 2^53 (limits below 9.4e7). Only room and status figures, which decide nothing, use doubles.
+local function arrivals(key)
+  local A, B, qn, rn, names = {}, {}, {}, {}, {}
+  local x = {T = {}}
+  for i = 1, P do
+    local d = windows[i] + margin
+    A[i], B[i], x.T[i] = math.floor(d / limits[i]), d % limits[i], d / limits[i]
+    qn[i], rn[i] = int(windows[i]), int(windows[i]) .. ':r'
+    names[#names + 1], names[#names + 2] = qn[i], rn[i]
+  end
+  x.state = undoable(key, names)
+  -- q, r: policy i's TAT (a q stored as a fraction by an older version is rounded up).
+  function x.q(i) return math.ceil(x.state.v[qn[i]] or 0) end
+  function x.r(i) return x.state.v[rn[i]] or 0 end
+  function x.tat(i) return x.q(i) + x.r(i) / limits[i] end
+  -- plus returns q', r' of (q0 + r0/L) + n*T.
+  function x.plus(i, q0, r0, n)
+    local y = r0 + n * B[i]
+    return q0 + n * A[i] + math.floor(y / limits[i]), y % limits[i]
+  end
+  -- ceil_tat is the TAT rounded up to the µs.
+  function x.ceil_tat(i)
+    if x.r(i) > 0 then return x.q(i) + 1 end
+    return x.q(i)
+  end
+  -- advance sets TAT = max(TAT, slot) + n*T.
+  function x.advance(i, slot, n)
+    local q0, r0 = x.q(i), x.r(i)
+    if slot > q0 or (slot == q0 and r0 == 0) then q0, r0 = slot, 0 end
+    x.state.v[qn[i]], x.state.v[rn[i]] = x.plus(i, q0, r0, n)
+  end
+  return x
+end
+
 -- units_at lists the id's members at one score, and the units they stand for: their number when the record
 -- holds one per unit, else the cost its "\0n" member names (the largest k of id.."\0"..k serves both).
 local function units_at(at)
@@ -385,7 +423,7 @@ local function run()
     if pause_until > at then at, paused = pause_until, 1 end
     local room, index = algo.room(at)
     if at - now > max_wait then return deny(reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0)) end
-    mark('dup', math.max(at - now, 0) + dedup)
+    if marked ~= '1' then mark('dup', math.max(at - now, 0) + dedup) end -- 'sent' says more: keep it
     local r = reply(1, 1, at - now, 0, room, index, paused, prev, 0)
     flush()
     return r

@@ -34,7 +34,7 @@ function algo.load(trim)
     for idx, c in pairs(hash_pairs(redis.call('HGETALL', keys_of[i]))) do
       if trim and tonumber(idx) < current then drop[#drop + 1] = idx else m[idx] = tonumber(c) end
     end
-    if #drop > 0 then write('HDEL', keys_of[i], unpack(drop)) end
+    write_members('HDEL', keys_of[i], drop) -- split: thousands may have piled up
     counts[i] = m
   end
 end
@@ -48,7 +48,9 @@ algo.fcfs = true
 function algo.earliest(from, n)
   local slot, blocker = from, nil
   -- Each pass moves the slot to the start of a later window; windows past the last counted one have room.
+  -- Past the caller's max wait the answer is a denial whatever the slot: stop there.
   for _ = 1, 100000 do
+    if op == 'reserve' and slot - now > arg4 then return slot, blocker, 0 end
     local moved = false
     for i = 1, P do
       local k = window(i, slot)

@@ -20,30 +20,12 @@
 -- Release (and a move) restores the TATs exactly when the job is the newest admission; otherwise its
 -- units stay spent until they drain (never more than the limit).
 --
--- Exact arithmetic: T = (W + m) / L is rarely a whole number of µs, and adding it as a double drifts
--- (-1/12 µs per unit at 3/1ms). So W + m = a*L + b, n*T = n*a + n*b/L, and the TAT keeps its fraction as
--- the numerator r over L: every admission decision is made on whole numbers (exact while n*b < 2^53, that
--- is for limits below 9.4e7). Only the room and status figures, which decide nothing, use doubles.
+-- Exact arithmetic: the TAT is kept as q + r/L (family.lua's arrivals): adding T as a double drifted (-1/12
+-- µs per unit at 3/1ms). Every admission decision is made on whole numbers.
 
-local T, A, B, qn, rn, names = {}, {}, {}, {}, {}, {}
-for i = 1, P do
-  local d = windows[i] + margin
-  T[i], A[i], B[i] = d / limits[i], math.floor(d / limits[i]), d % limits[i]
-  qn[i], rn[i] = int(windows[i]), int(windows[i]) .. ':r'
-  names[#names + 1], names[#names + 2] = qn[i], rn[i]
-end
-local state = undoable(KEYS[4], names)
-
--- q, r: the TAT of policy i as q + r/L (a q stored as a fraction by an older version is rounded up).
-local function q(i) return math.ceil(state.v[qn[i]] or 0) end
-local function r(i) return state.v[rn[i]] or 0 end
-local function tat(i) return q(i) + r(i) / limits[i] end
-
--- plus returns q', r' for (q + r/L) + n*T, exactly.
-local function plus(i, q0, r0, n)
-  local x = r0 + n * B[i]
-  return q0 + n * A[i] + math.floor(x / limits[i]), x % limits[i]
-end
+local arr = arrivals(KEYS[4])
+local state, T = arr.state, arr.T
+local q, r, tat, plus = arr.q, arr.r, arr.tat, arr.plus
 
 -- fits reports n*T <= W, exactly.
 local function fits(i, n)
@@ -64,8 +46,7 @@ function algo.earliest(from, n)
       s = whole - windows[i]
       if frac > 0 then s = s + 1 end
     else
-      s = q(i)
-      if r(i) > 0 then s = s + 1 end
+      s = arr.ceil_tat(i)
     end
     if s > slot then slot, blocker = s, i end
   end
@@ -74,11 +55,7 @@ end
 
 function algo.commit(slot, n)
   state.begin(slot)
-  for i = 1, P do
-    local q0, r0 = q(i), r(i)
-    if slot > q0 or (slot == q0 and r0 == 0) then q0, r0 = slot, 0 end
-    state.v[qn[i]], state.v[rn[i]] = plus(i, q0, r0, n)
-  end
+  for i = 1, P do arr.advance(i, slot, n) end
 end
 
 function algo.force() error('paygate: force is only for token_bucket') end

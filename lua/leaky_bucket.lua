@@ -1,9 +1,10 @@
 -- leaky_bucket.lua: a queue of `limit` units per policy leaking at `limit` per window; appended to
 -- family.lua (see there for KEYS[1..3], ARGV and the reply).
 --
--- KEYS[4] -> <prefix>:{<provider>}:leaky  HASH   v:<window µs> = when that policy's queue has drained (its
---                                                theoretical arrival time, µs, a fraction); last, last_slot,
---                                                u:*: the undo record of the newest admission (undoable)
+-- KEYS[4] -> <prefix>:{<provider>}:leaky  HASH   when that policy's queue has drained (its theoretical
+--                                                arrival time), exactly: v:<window µs> whole µs, v:<window
+--                                                µs>:r the fraction's numerator over L (family.lua's
+--                                                arrivals); last, last_slot, u:*: the undo record
 --
 -- Per policy (limit L, window W, margin m): one unit leaks every T = (W + m) / L µs. A job of cost n joins
 -- the tail of every policy's queue and goes when it reaches the head: slot = the latest TAT (or now), and
@@ -21,24 +22,22 @@
 -- Release (and a move) restores the queue exactly when the job is the newest admission (the tail);
 -- otherwise its units stay queued until they leak (never more than the limit).
 
-local T, names = {}, {}
-for i = 1, P do T[i], names[i] = (windows[i] + margin) / limits[i], int(windows[i]) end
-local state = undoable(KEYS[4], names)
-
-local function tat(i) return state.v[names[i]] or 0 end
+local arr = arrivals(KEYS[4]) -- the TAT kept exactly as q + r/L (see family.lua)
+local state, T, tat = arr.state, arr.T, arr.tat
 
 function algo.load(_) state.load() end
 
 function algo.earliest(from, n)
   local slot, blocker = from, nil
   for i = 1, P do
-    local s = math.ceil(tat(i) - EPS)
+    local s = arr.ceil_tat(i)
     if s > slot then slot, blocker = s, i end
   end
-  -- Every policy's queue must hold the job: its wait plus its own drain within L*T.
+  -- Every policy's queue must hold the job: its wait plus its own drain within L*T, that is
+  -- slot - now <= (L - n)*T; over is by how much (whole µs: ceil(whole - fraction) = whole).
   local hold, full = 0, nil
   for i = 1, P do
-    local over = math.ceil(slot - now + n * T[i] - limits[i] * T[i] - EPS)
+    local over = slot - now - arr.plus(i, 0, 0, limits[i] - n)
     if over > hold then hold, full = over, i end
   end
   return slot, blocker or full, hold
@@ -46,7 +45,7 @@ end
 
 function algo.commit(slot, n)
   state.begin(slot)
-  for i = 1, P do state.v[names[i]] = math.max(tat(i), slot) + n * T[i] end
+  for i = 1, P do arr.advance(i, slot, n) end
 end
 
 function algo.force() error('paygate: force is only for token_bucket') end

@@ -39,7 +39,7 @@ function algo.load(trim)
       local k = tonumber(idx)
       if trim and k < first then drop[#drop + 1] = idx else list[#list + 1] = {k, tonumber(c)} end
     end
-    if #drop > 0 then write('HDEL', keys_of[i], unpack(drop)) end
+    write_members('HDEL', keys_of[i], drop) -- split: thousands may have piled up
     table.sort(list, function(a, b) return a[1] < b[1] end)
     counts[i] = list
   end

@@ -239,7 +239,9 @@ func TestGateTryPaced(t *testing.T) {
 		t.Fatalf("check-config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	const pace = 602 * time.Millisecond
-	ask := func(prefix, maxWait string) []tryVerdict { return tryConcurrently(t, cfg, 5, prefix, "--max-wait", maxWait) }
+	ask := func(prefix, maxWait string) []tryVerdict {
+		return tryConcurrently(t, cfg, 5, prefix, "--max-wait", maxWait)
+	}
 	admitted := 0
 	for _, v := range ask("now", "0s") {
 		switch {

@@ -12,7 +12,7 @@ test: services fmt vet
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./job
 	$(MAKE) test-faults
 
-# make test N times in a row, each on a fresh clone of HEAD as CI runs it, then every failure by run and test
+# .ci/run (make test) N times in a row, each on a fresh clone of HEAD as CI runs it, then every failure by run and test
 # name: for hunting flaky tests (commit first: the clones see HEAD, not the work tree).
 N ?= 3
 test-repeat:

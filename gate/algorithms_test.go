@@ -613,7 +613,7 @@ func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
 			told                = map[string]entry{} // the latest admission each id was told
 			dups, moved, denied int
 			released            int
-			kept                int // releases refused: a duplicate was let go on the admission
+			kept                int // releases refused: a duplicate was let go on the admission, or it moved
 		)
 		ctx := context.Background()
 		keys, err := l.Keys(prov)
@@ -668,9 +668,13 @@ func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
 								t.Errorf("release of %s (cost %d) gave back %d units", jobID, cost, n)
 							default:
 								// Refused only when a duplicate was let go on this admission (it may be
-								// sending on it): the id is then marked in the sent hash.
-								if mark, _ := rdb.HGet(ctx, keys[2], jobID).Result(); mark != "dup" {
-									t.Errorf("release of %s refused though no duplicate was let go on it (mark %q)", jobID, mark)
+								// sending on it: the id is then marked in the sent hash), or when another
+								// worker's stale redelivery has just moved the id to another slot (that
+								// worker records the new slot once it takes the lock).
+								mark, _ := rdb.HGet(ctx, keys[2], jobID).Result()
+								at, err := rdb.ZScore(ctx, keys[0], jobID).Result()
+								if mark != "dup" && (err != nil || int64(at) == v.Slot().UnixMicro()) {
+									t.Errorf("release of %s refused though no duplicate was let go on it nor was it moved (mark %q, slot %v %v)", jobID, mark, at, err)
 								}
 								kept++
 							}
@@ -704,7 +708,7 @@ func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
 				t.Errorf("policy %s: %v", p, err)
 			}
 		}
-		t.Logf("%d admitted, %d duplicates, %d moved, %d denied, %d released, %d releases refused under a duplicate", len(told), dups, moved, denied, released, kept)
+		t.Logf("%d admitted, %d duplicates, %d moved, %d denied, %d released, %d releases refused (a duplicate let go, or moved meanwhile)", len(told), dups, moved, denied, released, kept)
 	})
 }
 

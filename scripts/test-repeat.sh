@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test-repeat.sh N: runs `make test` N times in a row, each on a fresh clone of this repository's HEAD (as
-# CI does), and lists every failure with its run, package and test name. For hunting flaky tests: a test
+# test-repeat.sh N: runs CI's entry point (.ci/run, which runs `make test`) N times in a row, each on a fresh
+# clone of this repository's HEAD (as CI does), and lists every failure with its run, package and test name. For hunting flaky tests: a test
 # that fails once in N runs is a defect.
 #
 #   scripts/test-repeat.sh 3          # or: make test-repeat N=3
@@ -20,8 +20,8 @@ for i in $(seq 1 "$n"); do
   rm -rf "$clone"
   git clone -q "$root" "$clone"
   start=$(date +%s)
-  echo "run $i/$n: make test in $clone (log: $out/run-$i.log)"
-  (cd "$clone" && make test) >"$out/run-$i.log" 2>&1
+  echo "run $i/$n: bash .ci/run in $clone (log: $out/run-$i.log)"
+  (cd "$clone" && bash .ci/run) >"$out/run-$i.log" 2>&1
   status=$?
   took=$(( $(date +%s) - start ))
   if [ "$status" -eq 0 ]; then
@@ -36,6 +36,6 @@ for i in $(seq 1 "$n"); do
   rm -rf "$clone"
 done
 echo
-echo "test-repeat: $n runs of make test (logs in $out)"
+echo "test-repeat: $n runs of .ci/run (logs in $out)"
 printf '%s\n' "${summary[@]}"
 exit "$failed"

@@ -7,7 +7,8 @@
 //
 //	invalid message                  -> dead letter (reason "invalid")
 //	older than max_deferral_age      -> dead letter ("deferral-age")
-//	gate denies (slot > max wait)    -> deferred by RetryAfter (not an attempt)
+//	gate denies (slot > max wait)    -> waits RetryAfter in-process and asks again while those waits
+//	                                    total at most max wait; then deferred by RetryAfter (not an attempt)
 //	gate unreachable                 -> deferred (fail closed, never dispatched unguarded)
 //	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
 //	  since it was reserved (NotePause)
@@ -248,10 +249,25 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	var v gate.Verdict
 	gid := GateID(j.ID, s.attempt)
+	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
 	for try := 1; ; try++ {
 		var err error
 		asked := time.Now()
 		v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+		// Denied, but the slot is only just beyond max wait: wait here and ask again rather than send the
+		// job round a delay tier. A deferral costs a broker round trip, and frees the handler to take the
+		// next job only to be denied too: a backlog deeper than max wait went round the tiers whole.
+		for err == nil && !v.Allowed && denials+v.RetryAfter <= w.cfg.MaxInlineWait {
+			w.metrics.decisions.WithLabelValues(provider, "denied").Inc()
+			if !Sleep(ctx, v.RetryAfter) {
+				s.requeue(ctx) // shutting down: the job goes back untouched
+				return
+			}
+			denials += v.RetryAfter
+			s.waited += v.RetryAfter
+			asked = time.Now()
+			v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+		}
 		if !w.admitted(ctx, &s, v, err) {
 			return
 		}
@@ -440,13 +456,18 @@ type settlement struct {
 const SettleTimeout = 10 * time.Second
 
 // HoldBound is the longest a delivery can stay unacknowledged in a worker: it waits in the prefetch
-// buffer behind ceil(prefetch/concurrency)-1 others, and each handling takes at most MaxLateTries
-// reservations of up to MaxInlineWait, the request (the provider's timeout) and a settlement. A broker
-// that cancels consumers holding a delivery longer (RabbitMQ's consumer_timeout) must allow more.
+// buffer behind ceil(prefetch/concurrency)-1 others, and each handling takes at most InlineWaits x
+// MaxInlineWait in-process (MaxLateTries reservations and the waits after denials), the request (the
+// provider's timeout) and a settlement. A broker that cancels consumers holding a delivery longer
+// (RabbitMQ's consumer_timeout) must allow more.
 func HoldBound(cfg Config, prefetch int, providerTimeout time.Duration) time.Duration {
 	rounds := (max(prefetch, 1) + max(cfg.Concurrency, 1) - 1) / max(cfg.Concurrency, 1)
-	return time.Duration(rounds) * (MaxLateTries*cfg.MaxInlineWait + providerTimeout + SettleTimeout)
+	return time.Duration(rounds) * (InlineWaits*cfg.MaxInlineWait + providerTimeout + SettleTimeout)
 }
+
+// InlineWaits bounds a handling's time in-process in units of MaxInlineWait: MaxLateTries reservations,
+// and one MaxInlineWait of waits after denials whose slot was just beyond it.
+const InlineWaits = MaxLateTries + 1
 
 // settleCtx outlives a shutdown's cancellation briefly, so that a finished job is still settled.
 func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {

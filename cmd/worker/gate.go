@@ -58,7 +58,7 @@ func checkHold(c *config.Config) error {
 	return &config.ValidationError{Problems: []string{fmt.Sprintf("broker.rabbitmq.consumer_timeout: %s is not more than the longest a worker can hold a delivery, %s "+
 		"(ceil(prefetch %d / concurrency %d) x (%d x max_inline_wait %s + slowest provider timeout %s + %s to settle)): "+
 		"raise consumer_timeout on the broker and here, or lower prefetch, max_inline_wait or the timeouts",
-		r.ConsumerTimeout, hold, r.Prefetch, c.Worker.Concurrency, consumers.MaxLateTries, c.Worker.MaxInlineWait, slowest, consumers.SettleTimeout)}}
+		r.ConsumerTimeout, hold, r.Prefetch, c.Worker.Concurrency, consumers.InlineWaits, c.Worker.MaxInlineWait, slowest, consumers.SettleTimeout)}}
 }
 
 // capacity says, per provider, what one worker process can keep in flight against its paced budget, so that

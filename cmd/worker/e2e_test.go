@@ -485,7 +485,7 @@ func ids(prefix string, n int) []string {
 }
 
 // Three worker processes, two providers with several windows each, a backlog five times what the limits
-// allow in the run, and malformed messages among the jobs. Then SIGTERM, and the ledger.
+// allow in the run, and malformed messages ahead of the jobs. Then SIGTERM, and the ledger.
 func TestFleetLedger(t *testing.T) {
 	alpha := []sim.Window{{Limit: 10, Per: time.Second}, {Limit: 40, Per: 5 * time.Second}} // 8/s sustained
 	beta := []sim.Window{{Limit: 15, Per: time.Second}, {Limit: 50, Per: 4 * time.Second}}  // 12.5/s
@@ -494,11 +494,14 @@ func TestFleetLedger(t *testing.T) {
 	// so the margin is set above it, as README's "The jitter margin" asks of an operator.
 	f.margin = 30 * time.Millisecond
 	const run = 12 * time.Second
-	f.enqueue("alpha", 500, "a") // 5 x 8/s x 12s = 480
-	f.enqueue("beta", 760, "b")  // 5 x 12.5/s x 12s = 750
+	// The malformed messages go in first: a queue is first in, first out, and behind a backlog of five
+	// runs' worth they would be reached only after it (they were, in 12s, while denied jobs went round the
+	// delay tiers; now a worker waits a near slot out instead).
 	for _, bad := range []string{"", "{", `{"id":"x","provider":"alpha","amount":1.5,"currency":"EUR"}`, `{"id":"y","provider":"beta","amount":5,"currency":"eur"}`} {
 		f.publishRaw("alpha", []byte(bad))
 	}
+	f.enqueue("alpha", 500, "a") // 5 x 8/s x 12s = 480
+	f.enqueue("beta", 760, "b")  // 5 x 12.5/s x 12s = 750
 	for range 3 {
 		f.startWorker()
 	}

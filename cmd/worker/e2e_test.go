@@ -494,14 +494,15 @@ func TestFleetLedger(t *testing.T) {
 	// so the margin is set above it, as README's "The jitter margin" asks of an operator.
 	f.margin = 30 * time.Millisecond
 	const run = 12 * time.Second
-	// The malformed messages go in first: a queue is first in, first out, and behind a backlog of five
-	// runs' worth they would be reached only after it (they were, in 12s, while denied jobs went round the
-	// delay tiers; now a worker waits a near slot out instead).
+	// The malformed messages go in ahead of alpha's backlog: a queue is first in, first out, and behind a
+	// backlog of five runs' worth they would be reached only after it (they were, in 12s, while denied jobs
+	// went round the delay tiers; now a worker waits a near slot out instead). enqueue declares the
+	// topology first: a message published before it has no queue to go to.
+	f.enqueue("beta", 760, "b") // 5 x 12.5/s x 12s = 750
 	for _, bad := range []string{"", "{", `{"id":"x","provider":"alpha","amount":1.5,"currency":"EUR"}`, `{"id":"y","provider":"beta","amount":5,"currency":"eur"}`} {
 		f.publishRaw("alpha", []byte(bad))
 	}
 	f.enqueue("alpha", 500, "a") // 5 x 8/s x 12s = 480
-	f.enqueue("beta", 760, "b")  // 5 x 12.5/s x 12s = 750
 	for range 3 {
 		f.startWorker()
 	}

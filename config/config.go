@@ -736,9 +736,14 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		}
 		seen[µs] = i
 	}
-	if shortest, ok := pr.shortestLimit(); ok {
-		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Requests, path+".burst",
-			"must be 1..%d (the requests of the shortest limit, %d per %s), got %d", shortest.Requests, shortest.Requests, shortest.Per, pr.Burst)
+	if valid := !slices.ContainsFunc(pr.Limits, func(l Limit) bool { return l.Requests < 1 || l.Per <= 0 }); valid && len(pr.Limits) > 0 {
+		var ps []gate.Policy
+		for _, l := range pr.Limits {
+			ps = append(ps, gate.Policy{Limit: l.Requests, Window: l.Per})
+		}
+		shortest := gate.ShortestPolicy(ps) // the limit the gate paces by
+		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Limit, path+".burst",
+			"must be 1..%d (the requests of the shortest limit, %d per %s), got %d", shortest.Limit, shortest.Limit, shortest.Window, pr.Burst)
 	}
 	p.check(slices.Contains([]string{"POST", "PUT", "PATCH"}, pr.Method), path+".method", "must be POST, PUT or PATCH, got %q", pr.Method)
 	for h := range pr.Headers {
@@ -759,21 +764,6 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	}
 	p.check(pr.RetryAfterDefault > 0, path+".retry_after_default", "must be > 0, got %s", pr.RetryAfterDefault)
 	p.check(pr.RetryAfterMax >= pr.RetryAfterDefault, path+".retry_after_max", "must be >= retry_after_default (%s), got %s", pr.RetryAfterDefault, pr.RetryAfterMax)
-}
-
-// shortestLimit is the limit the provider is paced by: the shortest window (the fewest requests among
-// limits of that window), as the gate picks it; false when the limits are not valid yet.
-func (pr Provider) shortestLimit() (Limit, bool) {
-	var best Limit
-	for _, l := range pr.Limits {
-		if l.Requests < 1 || l.Per <= 0 {
-			return Limit{}, false
-		}
-		if best.Per == 0 || l.Per < best.Per || (l.Per == best.Per && l.Requests < best.Requests) {
-			best = l
-		}
-	}
-	return best, best.Per > 0
 }
 
 // ProviderNames returns the configured providers' names, sorted.

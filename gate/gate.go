@@ -301,15 +301,16 @@ func PaceOf(policies []Policy, margin time.Duration) time.Duration {
 	if len(policies) == 0 {
 		return 0
 	}
-	shortest := shortestPolicy(policies)
+	shortest := ShortestPolicy(policies)
 	if shortest.Window > MaxPacedWindow || shortest.Limit < 1 {
 		return 0
 	}
 	return time.Duration((micros(shortest.Window+margin)+shortest.Limit-1)/shortest.Limit) * time.Microsecond
 }
 
-// shortestPolicy is the policy a provider is paced by: the shortest window, the smallest limit among ties.
-func shortestPolicy(policies []Policy) Policy {
+// ShortestPolicy is the policy a provider is paced by: the shortest window, the smallest limit among ties
+// (policies must not be empty).
+func ShortestPolicy(policies []Policy) Policy {
 	shortest := policies[0]
 	for _, pol := range policies[1:] {
 		if pol.Window < shortest.Window || (pol.Window == shortest.Window && pol.Limit < shortest.Limit) {
@@ -324,7 +325,7 @@ func paceOf(name string, policies []Policy, margin time.Duration, burst int64) (
 	if burst == 0 {
 		return 0, 0, nil
 	}
-	if shortest := shortestPolicy(policies); burst < 0 || burst > shortest.Limit {
+	if shortest := ShortestPolicy(policies); burst < 0 || burst > shortest.Limit {
 		return 0, 0, fmt.Errorf("gate: provider %s: burst must be 0..%d (the limit of its shortest window, %s), got %d", name, shortest.Limit, shortest, burst)
 	}
 	pace = micros(PaceOf(policies, margin))

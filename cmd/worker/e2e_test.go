@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/providers/sim"
@@ -593,5 +594,62 @@ func TestNoHeadOfLineOnRabbitMQ(t *testing.T) {
 	f.stopAll()
 	if st := slow.Stats(); st.Violations != 0 {
 		t.Fatalf("slow: %+v", st)
+	}
+}
+
+// exampleSettings gives the fleet the worker, prefetch and gate settings of the repository's config.yaml,
+// the ones a new user starts with (issue 15's shape of a deployment).
+func (f *fleet) exampleSettings() {
+	f.t.Helper()
+	c, err := config.Load("../../config.yaml")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	b, err := os.ReadFile(f.cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.tiers = nil
+	for _, d := range c.Worker.DelayTiers {
+		f.tiers = append(f.tiers, consumers.TierName(d))
+	}
+	cfg := strings.Replace(string(b), "prefetch: 16}", fmt.Sprintf("prefetch: %d}", c.Broker.RabbitMQ.Prefetch), 1)
+	cfg = regexp.MustCompile(`(?m)^worker: .*$`).ReplaceAllString(cfg, fmt.Sprintf("worker: {concurrency: %d, max_inline_wait: %s, shutdown_timeout: 5s, delay_tiers: [%s]}",
+		c.Worker.Concurrency, c.Worker.MaxInlineWait, strings.Join(f.tiers, ", ")))
+	cfg += fmt.Sprintf("gate: {warmup: %t, warmup_max: %s}\n", c.Gate.WarmUp, c.Gate.WarmUpMax)
+	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	f.margin = c.Gate.Margin
+}
+
+// The fleet as a new user deploys it (issue 15): three worker processes with the example config's
+// settings, a cold start (no gate state in Redis), a strict 50/1s provider and a backlog for 20 s. Nothing
+// over the limit, the budget used, nothing lost or charged twice.
+func TestFleetExampleSettings(t *testing.T) {
+	windows := []sim.Window{{Limit: 50, Per: time.Second}}
+	f := newFleet(t, simProvider{name: "acme", limits: windows})
+	f.exampleSettings()
+	for range 3 {
+		f.startWorker()
+	}
+	const run = 20 * time.Second
+	const jobs = 1200 // 50/s x 20s = 1000, and a backlog left at the end
+	enqueued := time.Now()
+	f.enqueue("acme", jobs, "x")
+	s := f.sims["acme"]
+	f.waitFor("a first acceptance", 30*time.Second, func() bool { return s.Stats().FirstAccepted != nil })
+	first := *s.Stats().FirstAccepted
+	time.Sleep(run - time.Since(first))
+	f.stopAll()
+	st := s.Stats()
+	u := utilisation(st, windows, f.margin)
+	t.Logf("first acceptance %v after the enqueue began; accepted %d in %v, utilisation %.3f, duplicates %d",
+		first.Sub(enqueued).Round(time.Millisecond), st.Accepted, st.LastAccepted.Sub(first).Round(time.Millisecond), u, st.Duplicates)
+	l := f.collect()
+	l.check(t, ids("x", jobs))
+	if st.Violations != 0 || st.BadRequests != 0 || u < 0.97 || len(l.dead) != 0 {
+		f.dumpLogs()
+		t.Fatalf("stats %+v, utilisation %.3f, dead %v", st, u, l.dead)
 	}
 }

@@ -13,6 +13,7 @@
 //	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
 //	  since it was reserved (NotePause)
 //	woke late MaxLateTries times     -> slot released, deferred (not an attempt): never sent late
+//	gate state lost under the slot   -> slot given up, asked again (NoteLoss, NoteDisconnect)
 //	provider 2xx                     -> ack
 //	provider throttles (429)         -> gate.Pause for the whole cluster, deferred (not an attempt)
 //	transient failure                -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts
@@ -147,6 +148,8 @@ type Worker struct {
 	mu         sync.Mutex
 	pausedTill map[string]time.Time // the pauses this process set (local clock), checked before every dispatch
 	announced  map[string]time.Time // the end of the latest pause any worker set (Redis clock; NotePause)
+	lostAt     map[string]time.Time // the latest loss of a provider's gate state (Redis clock; NoteLoss)
+	brokeAt    time.Time            // the latest loss of the watch's connection (local clock; NoteDisconnect)
 }
 
 // New returns a worker. metrics may be nil.
@@ -176,7 +179,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{},
-		announced: map[string]time.Time{}}, nil
+		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -280,10 +283,18 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		s.late = time.Since(asked.Add(v.Delay))
 		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
-		if w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit {
+		lost := w.lost(provider, v, asked)
+		if !lost && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {
 			break
 		}
-		w.metrics.decisions.WithLabelValues(provider, "late").Inc()
+		if lost {
+			// The gate's state was lost (a Redis restart) while the job slept on its slot: the state in
+			// force does not know the slot and may give it to another job. Not sent: asked again, the job
+			// meets the warm-up, which waits for this moment (Limiter.Watch, LossNotice).
+			w.metrics.decisions.WithLabelValues(provider, "lost").Inc()
+		} else {
+			w.metrics.decisions.WithLabelValues(provider, "late").Inc()
+		}
 		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
 		// one window later. Give the slot back and ask again, so the log records what the provider sees.
 		// Not a duplicate's or a moved job's to release: a duplicate's entry may stand for a request the
@@ -294,6 +305,10 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 				s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
 				return
 			}
+		}
+		if try == MaxLateTries && lost {
+			s.deferFor(ctx, w.cfg.RedisRetry, "lost", errors.New("the gate's state was lost under its reservation repeatedly"))
+			return
 		}
 		if try == MaxLateTries {
 			// Still late after re-reserving: this process cannot keep within the margin now (a starved
@@ -425,6 +440,41 @@ func (w *Worker) NotePause(provider string, until time.Time) {
 	if until.After(w.announced[provider]) {
 		w.announced[provider] = until
 	}
+}
+
+// LossNotice bounds how long after a loss of the gate's state a worker may still dispatch on a
+// reservation it held: the trip of the warm-up's announcement, or the watch noticing its broken
+// connection, and the handler waking to check. The warm-up must last this long past the provider's
+// window (gate.Options.Horizon) instead of a whole max_inline_wait.
+const LossNotice = 500 * time.Millisecond
+
+// NoteLoss is told when a gate decision found a provider's state lost and began the warm-up
+// (gate.Limiter.Watch): at is that decision's moment on the Redis clock. A job still holding a slot
+// decided before it gives the slot up and asks again.
+func (w *Worker) NoteLoss(provider string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at.After(w.lostAt[provider]) {
+		w.lostAt[provider] = at
+	}
+}
+
+// NoteDisconnect is told when the watch lost its connection to Redis (local clock): Redis may have
+// restarted, and a loss announced meanwhile went unheard. A job holding a slot it asked for before
+// that gives the slot up and asks again.
+func (w *Worker) NoteDisconnect(at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at.After(w.brokeAt) {
+		w.brokeAt = at
+	}
+}
+
+// lost reports whether the slot of v, asked for at asked, may belong to a gate state that was lost since.
+func (w *Worker) lost(provider string, v gate.Verdict, asked time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return v.Now.Before(w.lostAt[provider]) || asked.Before(w.brokeAt)
 }
 
 func (w *Worker) announcedUntil(provider string) time.Time {

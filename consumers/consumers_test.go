@@ -522,7 +522,7 @@ func TestAcceptedButUnsettledIsMarkedSent(t *testing.T) {
 	}
 }
 
-// Two workers on one gate, each following the pause announcements (gate.Limiter.WatchPauses): worker B
+// Two workers on one gate, each following the announcements (gate.Limiter.Watch): worker B
 // holds a slot about a second ahead when worker A's request is throttled (429, Retry-After 3). B holds
 // the job: it is deferred, never sent into the throttle, and its unit goes back.
 func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
@@ -550,7 +550,7 @@ func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
 	defer cancel()
 	var watchers sync.WaitGroup
 	for _, w := range []*consumers.Worker{h.worker, b} {
-		watchers.Go(func() { _ = h.gate.WatchPauses(ctx, rdb, w.NotePause) })
+		watchers.Go(func() { _ = h.gate.Watch(ctx, rdb, w) })
 	}
 	time.Sleep(200 * time.Millisecond) // the subscriptions are asynchronous
 	for _, id := range []string{"a", "b"} {
@@ -585,6 +585,76 @@ func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
 	}
 	if err := rdb.ZScore(context.Background(), keys[0], "b").Err(); err != redis.Nil {
 		t.Fatalf("B's unit is still in the log (%v), want it released", err)
+	}
+}
+
+// A job sleeping on its slot when the gate's state is lost (here: the keys deleted, as a Redis restart
+// without persistence leaves them) is not sent on that slot, which the new state does not know: the
+// warm-up's announcement (gate.Limiter.Watch) makes the worker give it up and ask again, and the job goes
+// once the warm-up, which then needs to cover only consumers.LossNotice rather than the whole
+// max_inline_wait, has passed.
+func TestLostStateDropsSleepingReservation(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sentAt []time.Time
+	var mu sync.Mutex
+	h := newHarness(t, rdb, consumers.Config{}, provider{name: "acme", limits: []gate.Policy{{Limit: 1, Window: time.Second}},
+		handler: func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			sentAt = append(sentAt, time.Now())
+			mu.Unlock()
+			w.WriteHeader(http.StatusOK)
+		}})
+	const margin = 20 * time.Millisecond
+	pfx := prefix()
+	l, err := gate.New(rdb, gate.Options{Prefix: pfx, Margin: margin, StaleAfter: margin / 2, WarmUp: true, Horizon: consumers.LossNotice,
+		Providers: map[string]gate.Provider{"acme": {Policies: []gate.Policy{{Limit: 1, Window: time.Second}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: 3 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+		ShutdownTimeout: 5 * time.Second, LateLimit: margin / 2, Providers: map[string]int64{"acme": 1}}, l, h.dispatch, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = l.Watch(ctx, rdb, w) }()
+	keys, _ := l.Keys("acme")
+	for rdb.PubSubNumSub(ctx, pfx+":pauses").Val()[pfx+":pauses"] < 1 { // the subscription is asynchronous
+		time.Sleep(10 * time.Millisecond)
+	}
+	rdb.Set(ctx, keys[len(keys)-1], 1, time.Hour) // the state exists: no warm-up yet
+	if v, err := l.Allow(ctx, "acme", "x", 1); err != nil || !v.Allowed {
+		t.Fatalf("x: %+v %v", v, err)
+	}
+	if err := h.broker.Publish(ctx, "acme", body("a", "acme")); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := h.broker.Consume(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { w.Handle(ctx, "acme", <-deliveries); close(done) }() // reserves a slot a window after x's
+	time.Sleep(300 * time.Millisecond)
+	if err := rdb.Del(ctx, keys...).Err(); err != nil { // the loss, under a's sleeping reservation
+		t.Fatal(err)
+	}
+	warm, err := l.Allow(ctx, "acme", "y", 1) // the next decision: the warm-up begins, and is announced
+	if err != nil || warm.Allowed || !warm.Paused {
+		t.Fatalf("the decision after the loss: %+v %v, want held by the warm-up", warm, err)
+	}
+	<-done
+	warmEnd := warm.Now.Add(time.Second + margin + consumers.LossNotice)
+	mu.Lock()
+	defer mu.Unlock()
+	st := h.broker.Settled()
+	if len(sentAt) != 1 || len(st) != 1 || st[0].Kind != "ack" {
+		t.Fatalf("a sent %d times, settled %+v; want once, acked", len(sentAt), st)
+	}
+	if sentAt[0].Before(warmEnd) {
+		t.Fatalf("a sent %v before the warm-up's end: on its old slot, which the new state does not know", warmEnd.Sub(sentAt[0]))
 	}
 }
 

@@ -341,7 +341,7 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 			return nil, err
 		}
 		workers = append(workers, wk)
-		wg.Go(func() { _ = wk.gate.WatchPauses(work, wk.rdb, wk.w.NotePause) }) // as worker run does
+		wg.Go(func() { _ = wk.gate.Watch(work, wk.rdb, wk.w) }) // as worker run does
 		wg.Go(func() {
 			if err := wk.w.Run(work, wk.broker); err != nil {
 				runErrs <- fmt.Errorf("demo: worker %d: %w", n+1, err)

@@ -1,8 +1,13 @@
 package gate
 
+import "time"
+
 // ScriptOf exposes a provider's script source, keys and own arguments (ARGV[7..]) to the black-box tests,
 // which run altered copies of the script (TestFailedDecisionWritesNothing).
 func ScriptOf(l *Limiter, name string) (src string, keys []string, args []any) {
 	p := l.providers[name]
-	return sources[p.algo], p.keys, p.args
+	return sources[p.algo], p.keys, p.argv(p.inForce.Load())
 }
+
+// SetMarginTiming shortens how long a widened margin holds and a lateness report counts, for tests.
+func SetMarginTiming(l *Limiter, hold, fresh time.Duration) { l.hold, l.fresh = hold, fresh }

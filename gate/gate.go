@@ -16,9 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,8 +40,9 @@ const (
 )
 
 var (
-	pauseScript = redis.NewScript(lua.Pause)
-	sentScript  = redis.NewScript(lua.Sent)
+	pauseScript  = redis.NewScript(lua.Pause)
+	marginScript = redis.NewScript(lua.Margin)
+	sentScript   = redis.NewScript(lua.Sent)
 
 	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 )
@@ -124,8 +127,13 @@ type Options struct {
 	// Prefix starts every key: <Prefix>:{<provider>}:log. It must not contain braces.
 	Prefix string
 	// Margin is added to every window, so that slots a window apart still look a window apart to a
-	// provider after network and scheduling jitter. It costs Margin/Window of the budget.
+	// provider after network and scheduling jitter. It costs Margin/Window of the budget. With MarginMax
+	// above it, it is the floor of the margin in force.
 	Margin time.Duration
+	// MarginMax is the ceiling of the margin in force, which follows the fleet (ReportLateness,
+	// ReportThrottle) from Margin up to this; at or below Margin, the margin never moves. SlidingWindow
+	// cuts its buckets by the margin, so its margin stays at Margin.
+	MarginMax time.Duration
 	// StaleAfter: a job id found in the log at a slot more than this long ago is a redelivery whose
 	// earlier delivery may never have sent its request. Rather than go out now on the old entry (which
 	// would leave the log saying "then" while the provider sees "now"), it is moved: its entry leaves
@@ -143,7 +151,10 @@ type Options struct {
 	// WarmUpCap bounds the window part of the warm-up: a provider whose shortest window is longer (a
 	// daily cap only) is held for WarmUpCap instead, and that window is not covered. 0: no bound.
 	WarmUpCap time.Duration
-	// Horizon is the longest reservation workers hold (their max wait); only the warm-up uses it.
+	// Horizon is how long after a loss of state a reservation handed out before it may still be used;
+	// only the warm-up uses it. For holders that sleep on their reservations regardless, their max wait;
+	// for holders that drop them as Watch tells them of the loss (the worker does), the time that takes
+	// them (consumers.LossNotice).
 	Horizon time.Duration
 	// DedupWindow is how long after its slot an algorithm other than SlidingLog remembers an admitted job
 	// id (for duplicates, moves and Release), at most the longest window plus margin; 0 means
@@ -161,20 +172,57 @@ type Limiter struct {
 	margin    time.Duration
 	stale     int64 // µs
 	providers map[string]provider
+	// hold and fresh time the margin in force (marginHold, marginFresh; tests shorten them)
+	hold, fresh time.Duration
 }
+
+// The margin in force: a margin kept up is narrowed after marginHold, by steps a second apart; a worker's
+// report counts for marginFresh.
+const (
+	marginHold  = 30 * time.Second
+	marginFresh = 10 * time.Second
+)
 
 type provider struct {
 	algo     Algorithm
 	script   *redis.Script // family.lua with the algorithm's part
 	policies []Policy
 	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, pace, epoch
-	// ARGV[7..]: margin µs, dedup µs, buckets, warm-up µs, pace µs, tolerance µs, then limit, window µs
-	// per policy
-	args     []any
-	warmup   int64 // µs; 0: off
-	minLimit int64
-	// pace is the µs between slots per unit of cost (0: not paced); tolerance, (burst-1) * pace
-	pace, tolerance int64
+	// ARGV[13..]: limit, window µs per policy (ARGV[7..12] follow the margin in force: provider.argv)
+	policyArgs []any
+	warmup     int64 // µs; 0: off
+	minLimit   int64
+	dedup      int64 // µs: an admitted id is remembered this long after its slot (before the margin cap)
+	longest    int64 // µs
+	perUnit    bool  // SlidingLog: the log is the id record and holds the longest window plus margin
+	buckets    int
+	// burst is Provider.Burst (0: not paced); paced is the policy the pace follows
+	burst int64
+	paced Policy
+	// floor and ceiling bound the margin in force (µs); inForce is the margin this process last learned
+	floor, ceiling int64
+	inForce        *atomic.Int64
+	marginKeys     []string // <tag>margin, <tag>lateness
+}
+
+// argv is ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace, tolerance,
+// then the policies.
+func (p provider) argv(m int64) []any {
+	dedup := min(p.dedup, p.longest+m)
+	if p.perUnit {
+		dedup = p.longest + m
+	}
+	pace, tolerance := p.paceAt(m)
+	return append([]any{m, dedup, p.buckets, p.warmup, pace, tolerance}, p.policyArgs...)
+}
+
+// paceAt is the pace and the burst tolerance in µs under margin m (0, 0: not paced).
+func (p provider) paceAt(m int64) (pace, tolerance int64) {
+	if p.burst == 0 || p.paced.Window > MaxPacedWindow {
+		return 0, 0
+	}
+	pace = (micros(p.paced.Window) + m + p.paced.Limit - 1) / p.paced.Limit
+	return pace, (p.burst - 1) * pace
 }
 
 // New returns a Limiter that keeps its state in rdb: a single node, a Sentinel-managed primary or a Redis
@@ -202,7 +250,11 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if dedup == 0 {
 		dedup = DefaultDedupWindow
 	}
-	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: opts.Margin, stale: micros(opts.StaleAfter), providers: make(map[string]provider, len(opts.Providers))}
+	if opts.MarginMax < 0 || opts.MarginMax > MaxWindow {
+		return nil, fmt.Errorf("gate: margin ceiling must be 0..%s, got %s", MaxWindow, opts.MarginMax)
+	}
+	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: max(opts.Margin, opts.MarginMax), stale: micros(opts.StaleAfter), providers: make(map[string]provider, len(opts.Providers)),
+		hold: marginHold, fresh: marginFresh}
 	for name, spec := range opts.Providers {
 		p, err := newProvider(opts, name, spec, dedup)
 		if err != nil {
@@ -269,22 +321,25 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		}
 		p.warmup = micros(shortest + margin + min(opts.Horizon, MaxHorizon))
 	}
-	pace, tolerance, err := paceOf(name, policies, margin, spec.Burst)
-	if err != nil {
+	if _, _, err := paceOf(name, policies, margin, spec.Burst); err != nil {
 		return provider{}, err
 	}
-	if algo == SlidingLog {
-		dedup = longest + margin // its log is the id record, and must hold the longest window
-	}
-	p.args = []any{micros(margin), micros(min(dedup, longest+margin)), buckets, p.warmup, pace, tolerance}
+	p.burst, p.paced = spec.Burst, ShortestPolicy(policies)
+	p.dedup, p.longest, p.perUnit, p.buckets = micros(dedup), micros(longest), algo == SlidingLog, buckets
 	for _, pol := range policies {
-		p.args = append(p.args, pol.Limit, micros(pol.Window))
+		p.policyArgs = append(p.policyArgs, pol.Limit, micros(pol.Window))
 	}
+	p.floor, p.ceiling = micros(margin), micros(max(margin, opts.MarginMax))
+	if algo == SlidingWindow {
+		p.ceiling = p.floor
+	}
+	p.inForce = &atomic.Int64{}
+	p.inForce.Store(p.floor)
 	tag := opts.Prefix + ":{" + name + "}:"
 	p.keys = keysFor(tag, algo, policies, margin, buckets)
 	shape := stateShape(tag, algo, policies, p.keys)        // the pace is not part of the counted state
 	p.keys = append(p.keys, tag+"pace", tag+"epoch:"+shape) // the pace next to last, the epoch always last
-	p.pace, p.tolerance = pace, tolerance
+	p.marginKeys = []string{tag + "margin", tag + "lateness"}
 	return p, nil
 }
 
@@ -336,10 +391,11 @@ func paceOf(name string, policies []Policy, margin time.Duration, burst int64) (
 // many units may share one moment (Provider.Burst).
 func (l *Limiter) Pace(providerName string) (every time.Duration, burst int64, err error) {
 	p, err := l.provider(providerName)
-	if err != nil || p.pace == 0 {
+	pace, tolerance := p.paceAt(p.inForce.Load())
+	if err != nil || pace == 0 {
 		return 0, 0, err
 	}
-	return time.Duration(p.pace) * time.Microsecond, p.tolerance/p.pace + 1, nil
+	return time.Duration(pace) * time.Microsecond, tolerance/pace + 1, nil
 }
 
 // stateShape names the layout a provider's state is kept in: its keys, and for the buckets the windows
@@ -396,6 +452,8 @@ type Verdict struct {
 	// were admitted: every window empty, every bucket full, every queue drained (after this job when
 	// it was admitted). Microsecond precision.
 	ResetAfter time.Duration
+	// Margin is the margin the decision was made with: the margin in force, as this process knew it.
+	Margin time.Duration
 }
 
 // Slot is the moment, on the Redis clock, at which the job may be dispatched.
@@ -453,7 +511,12 @@ func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost i
 	if force {
 		forced = 1
 	}
-	reply, err := l.run(ctx, p, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
+	m := p.inForce.Load()
+	stale := l.stale
+	if stale > 0 {
+		stale += (m - p.floor) / 2 // the holder's lateness limit (half the margin) widens with the margin
+	}
+	reply, err := l.runAt(ctx, p, m, "reserve", jobID, cost, wait, stale, forced).Int64Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
@@ -471,6 +534,7 @@ func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost i
 		Paused:     reply[replyPaused] == 1,
 		Moved:      reply[replyMoved] == 1,
 		ResetAfter: time.Duration(reply[replyResetAfter]) * time.Microsecond,
+		Margin:     time.Duration(m) * time.Microsecond,
 	}
 	if reply[replyAdmittedAt] > 0 {
 		v.AdmittedAt = time.UnixMicro(reply[replyAdmittedAt])
@@ -503,36 +567,184 @@ func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Tim
 	return nil
 }
 
-// Subscriber is the part of a go-redis client that WatchPauses needs (every client has it).
+// MarginState is a provider's margin in force, and why.
+type MarginState struct {
+	// Margin is the margin in force: Options.Margin, or wider while the fleet needs it.
+	Margin time.Duration
+	// Floor and Ceiling are Options.Margin and Options.MarginMax (Ceiling == Floor: it never moves).
+	Floor, Ceiling time.Duration
+	// Changed is when it last widened or narrowed (Redis clock; zero: never).
+	Changed time.Time
+	// Why: "floor", or what widened it (the fleet's lateness, a throttle), or that it is narrowing.
+	Why string
+}
+
+// Margin returns the margin in force for a provider as this process last learned it (its decisions use
+// it): Options.Margin until a report or ReadMargin says otherwise.
+func (l *Limiter) Margin(providerName string) (time.Duration, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(p.inForce.Load()) * time.Microsecond, nil
+}
+
+// ReportLateness tells the gate how late this reporter's (a worker's) wake-ups on its slots have been,
+// its p99 over its recent ones. The margin in force follows the fleet: 4 x the highest p99 among the
+// reports of the last 10s, within [Options.Margin, Options.MarginMax]; it widens at once and narrows
+// slowly (lua/margin.lua). Every worker's next decisions use what this returns, as do this process's.
+func (l *Limiter) ReportLateness(ctx context.Context, providerName, reporter string, p99 time.Duration) (MarginState, error) {
+	return l.margins(ctx, providerName, "lateness", reporter, micros(max(p99, 0)))
+}
+
+// ReportThrottle tells the gate that the provider throttled a request the gate had admitted on time: it
+// counted more in a window than the gate did, so the margin is too thin for the trip to it. The margin in
+// force doubles (at least by Options.Margin), up to Options.MarginMax.
+func (l *Limiter) ReportThrottle(ctx context.Context, providerName, reporter string) (MarginState, error) {
+	return l.margins(ctx, providerName, "throttled", reporter, 0)
+}
+
+// ReadMargin reads the margin in force from Redis (and this process takes it up).
+func (l *Limiter) ReadMargin(ctx context.Context, providerName string) (MarginState, error) {
+	return l.margins(ctx, providerName, "read", "", 0)
+}
+
+func (l *Limiter) margins(ctx context.Context, providerName, op, reporter string, late int64) (MarginState, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return MarginState{}, err
+	}
+	if op != "read" && (reporter == "" || len(reporter) > 200 || reporter[0] == '_') {
+		return MarginState{}, invalidf("gate: reporter must be 1..200 bytes, not starting with _, got %q", reporter)
+	}
+	st := MarginState{Floor: time.Duration(p.floor) * time.Microsecond, Ceiling: time.Duration(p.ceiling) * time.Microsecond}
+	if p.ceiling == p.floor {
+		st.Margin, st.Why = st.Floor, "fixed"
+		return st, nil
+	}
+	reply, err := marginScript.Run(ctx, l.rdb, p.marginKeys, op, reporter, late, p.floor, p.ceiling, micros(l.hold), micros(l.fresh)).Slice()
+	if err != nil {
+		return MarginState{}, fmt.Errorf("gate: margin %s %s: %w", op, providerName, err)
+	}
+	if len(reply) != 3 {
+		return MarginState{}, fmt.Errorf("gate: margin %s %s: malformed reply %v", op, providerName, reply)
+	}
+	m, err1 := strconv.ParseInt(fmt.Sprint(reply[0]), 10, 64)
+	changed, err2 := strconv.ParseInt(fmt.Sprint(reply[1]), 10, 64)
+	if err1 != nil || err2 != nil || m < p.floor || m > p.ceiling {
+		return MarginState{}, fmt.Errorf("gate: margin %s %s: malformed reply %v", op, providerName, reply)
+	}
+	p.inForce.Store(m)
+	st.Margin, st.Why = time.Duration(m)*time.Microsecond, fmt.Sprint(reply[2])
+	if changed > 0 {
+		st.Changed = time.UnixMicro(changed)
+	}
+	return st, nil
+}
+
+// Subscriber is the part of a go-redis client that Watch needs (every client has it).
 type Subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-// WatchPauses calls notify with every pause any worker sets (Pause), as it is set, until ctx ends: the
-// provider and the end of the pause in force, on the Redis clock (compare it with Verdict.Slot). A
-// reservation handed out before a pause is already in the log; the Redis pause only binds later
-// decisions, so a worker holding one learns of the pause here and holds it too. The subscription
-// survives reconnects (go-redis resubscribes); a pause set while the connection was down is missed, and
-// binds only later decisions. notify runs on the watcher's goroutine.
-func (l *Limiter) WatchPauses(ctx context.Context, sub Subscriber, notify func(provider string, until time.Time)) error {
+// Watcher is told what Watch hears. Its methods run on the watcher's goroutine and must not block.
+type Watcher interface {
+	// NotePause: a worker set a pause of the provider ending at until (Redis clock; compare it with
+	// Verdict.Slot). A reservation handed out before the pause is already in the state: the Redis pause
+	// only binds later decisions, so the holder learns of it here and holds it too.
+	NotePause(provider string, until time.Time)
+	// NoteLoss: a decision found the provider's state gone at `at` (Redis clock) and began the warm-up
+	// (Options.WarmUp). A reservation decided before it (Verdict.Now before at) belongs to a state that is
+	// no more: the new one may hand its slot to another job, so it must not be used.
+	NoteLoss(provider string, at time.Time)
+	// NoteDisconnect: the watch lost its connection to Redis at `at` (local clock) and is reconnecting.
+	// A restart of Redis, or an announcement missed meanwhile, goes unseen otherwise: no reservation asked
+	// for before at may be used, for any provider.
+	NoteDisconnect(at time.Time)
+}
+
+// watchPing is how long Watch waits in silence before it pings the connection; two silences in a row
+// without an answer count as a lost connection.
+const watchPing = time.Second
+
+// Watch tells w of every pause any worker sets (Pause) and every warm-up a decision begins, as they
+// happen, and of every loss of its own connection to Redis, until ctx ends. It reconnects by itself (a
+// pause or warm-up announced while it is away binds only later decisions, hence NoteDisconnect). With
+// Options.WarmUp, a holder of reservations that drops them on NoteLoss and NoteDisconnect lets the
+// warm-up leave out its max wait (Options.Horizon).
+func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 	ps := sub.Subscribe(ctx, l.pauses)
-	defer ps.Close()
-	msgs := ps.Channel()
+	defer func() { _ = ps.Close() }()
+	silent := 0
 	for {
-		select {
-		case <-ctx.Done():
+		msg, err := ps.ReceiveTimeout(ctx, watchPing)
+		switch {
+		case ctx.Err() != nil:
 			return nil
-		case m, ok := <-msgs:
-			if !ok {
-				return errors.New("gate: pause subscription closed")
+		case isTimeout(err) && silent == 0:
+			silent++
+			if ps.Ping(ctx) == nil { // its answer, or another error, comes through ReceiveTimeout
+				continue
 			}
-			name, us, ok := strings.Cut(m.Payload, " ")
-			n, err := strconv.ParseInt(us, 10, 64)
-			if _, known := l.providers[name]; !ok || err != nil || !known || n <= 0 {
-				continue // another deployment's provider on a shared prefix, or not a pause
+			w.NoteDisconnect(time.Now()) // the write failed: go-redis reconnects on the next receive
+			silent = 0
+			continue
+		case err != nil:
+			// Broken (the next ReceiveTimeout reconnects and subscribes again), or silent past a ping: a
+			// hung connection, given up on.
+			w.NoteDisconnect(time.Now())
+			if isTimeout(err) {
+				_ = ps.Close()
+				ps = sub.Subscribe(ctx, l.pauses)
 			}
-			notify(name, time.UnixMicro(n))
+			silent = 0
+			if !sleepCtx(ctx, 50*time.Millisecond) {
+				return nil
+			}
+			continue
 		}
+		silent = 0
+		m, ok := msg.(*redis.Message)
+		if !ok {
+			continue // a subscription's confirmation, or a pong
+		}
+		fields := strings.Fields(m.Payload)
+		if len(fields) < 2 {
+			continue
+		}
+		var at []int64
+		for _, f := range fields[1:] {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil || n <= 0 {
+				break
+			}
+			at = append(at, n)
+		}
+		if _, known := l.providers[fields[0]]; !known || len(at) != len(fields)-1 {
+			continue // another deployment's provider on a shared prefix, or not ours
+		}
+		switch len(at) {
+		case 1: // "<provider> <until_us>": a pause (pause.lua)
+			w.NotePause(fields[0], time.UnixMicro(at[0]))
+		case 2: // "<provider> <until_us> <lost_us>": a warm-up (family.lua); its pause binds later decisions
+			w.NoteLoss(fields[0], time.UnixMicro(at[1]))
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -571,12 +783,18 @@ func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost 
 	return n, nil
 }
 
-// run calls the provider's script: op, then ARGV[2..6] as given, then the provider's own arguments.
+// run calls the provider's script under the margin in force: op, then ARGV[2..6] as given, then the
+// provider's own arguments.
 func (l *Limiter) run(ctx context.Context, p provider, op string, jobID string, args ...any) *redis.Cmd {
-	argv := make([]any, 0, 2+len(args)+len(p.args))
+	return l.runAt(ctx, p, p.inForce.Load(), op, jobID, args...)
+}
+
+// runAt calls the provider's script under margin m (µs).
+func (l *Limiter) runAt(ctx context.Context, p provider, m int64, op string, jobID string, args ...any) *redis.Cmd {
+	argv := make([]any, 0, 2+len(args)+6+len(p.policyArgs))
 	argv = append(argv, op, jobID)
 	argv = append(argv, args...)
-	return p.script.Run(ctx, l.rdb, p.keys, append(argv, p.args...)...)
+	return p.script.Run(ctx, l.rdb, p.keys, append(argv, p.argv(m)...)...)
 }
 
 // checkID refuses a job id the scripts would refuse: empty, longer than MaxIDLen, or with a NUL (the

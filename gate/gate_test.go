@@ -862,68 +862,106 @@ func TestStaleDuplicateIsMoved(t *testing.T) {
 	})
 }
 
-// A pause set by one worker reaches the others as it is set, so that reservations they made before it
-// are held too; announcements for providers this gate does not know are ignored.
-func TestWatchPauses(t *testing.T) {
+// watchLog records what Watch tells a worker.
+type watchLog struct{ notes chan string }
+
+func (w watchLog) note(format string, args ...any) {
+	select {
+	case w.notes <- fmt.Sprintf(format, args...):
+	default: // the test reads what it needs
+	}
+}
+func (w watchLog) NotePause(p string, until time.Time) { w.note("pause %s %d", p, until.UnixMicro()) }
+func (w watchLog) NoteLoss(p string, at time.Time)     { w.note("loss %s %d", p, at.UnixMicro()) }
+func (w watchLog) NoteDisconnect(time.Time)            { w.note("disconnect") }
+
+// next returns the first note that starts with prefix, repeating poke every 100ms until one comes (a
+// subscription is asynchronous).
+func (w watchLog) next(t *testing.T, prefix string, poke func()) string {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		poke()
+		tick := time.After(100 * time.Millisecond)
+		for wait := true; wait; {
+			select {
+			case n := <-w.notes:
+				if strings.HasPrefix(n, prefix) {
+					return n
+				}
+			case <-tick:
+				wait = false
+			case <-deadline:
+				t.Fatalf("no %q notice within 5s", prefix)
+			}
+		}
+	}
+}
+
+// Watch tells a worker of a pause set by another as it is set, so that reservations it made before are
+// held too; of a warm-up a decision began on a lost state, with the decision's moment, so that
+// reservations decided before it are dropped; and of its own connection to Redis broken (the restart
+// that loses the state breaks it). Announcements for providers this gate does not know are ignored.
+func TestWatch(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		prefix := uniquePrefix(t)
-		mk := func(names ...string) *gate.Limiter {
+		mk := func(warm bool, names ...string) *gate.Limiter {
 			ps := map[string]gate.Provider{}
 			for _, n := range names {
 				ps[n] = gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}}
 			}
-			l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: ps})
+			l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: ps, WarmUp: warm})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return l
 		}
-		watcher, other := mk(prov), mk(prov, "globex")
-		type notice struct {
-			provider string
-			until    time.Time
-		}
-		got := make(chan notice, 64)
+		watcher, other := mk(false, prov), mk(true, prov, "globex")
+		w := watchLog{notes: make(chan string, 64)}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() {
-			done <- watcher.WatchPauses(ctx, rdb, func(p string, until time.Time) {
-				select {
-				case got <- notice{p, until}:
-				default: // the test reads the first notice only
-				}
-			})
-		}()
-		// The subscription is asynchronous: pause until a notice arrives.
-		var n notice
-		deadline := time.After(5 * time.Second)
-	wait:
-		for {
+		go func() { done <- watcher.Watch(ctx, rdb, w) }()
+
+		n := w.next(t, "pause", func() {
 			if err := other.Pause(context.Background(), "globex", time.Now().Add(time.Minute)); err != nil {
 				t.Fatal(err)
 			}
 			if err := other.Pause(context.Background(), prov, time.Now().Add(3*time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case n = <-got:
-				break wait
-			case <-time.After(100 * time.Millisecond):
-			case <-deadline:
-				t.Fatal("no pause notice within 5s")
-			}
-		}
+		})
 		keys, _ := other.Keys(prov)
 		until, err := rdb.Get(context.Background(), keys[1]).Int64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n.provider != prov || n.until.UnixMicro() > until || n.until.UnixMicro() < until-int64(time.Second/time.Microsecond) {
-			t.Fatalf("notice %+v, want %s until the pause in force (%d µs, Redis clock); globex is not this gate's", n, prov, until)
+		if n != fmt.Sprintf("pause %s %d", prov, until) {
+			t.Fatalf("notice %q, want %s until the pause in force (%d µs, Redis clock); globex is not this gate's", n, prov, until)
+		}
+
+		// The first decision on a state without its epoch (here: never had one) begins the warm-up and
+		// announces when.
+		var first gate.Verdict
+		n = w.next(t, "loss", func() {
+			if err := rdb.Del(context.Background(), keys[len(keys)-1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			first = mustReserve(t, other, "w", 1, 0)
+		})
+		if want := fmt.Sprintf("loss %s %d", prov, first.Now.UnixMicro()); n != want || first.Allowed {
+			t.Fatalf("notice %q after the decision %+v, want %q", n, first, want)
+		}
+
+		if c, ok := rdb.(*redis.Client); ok && c.Options().Addr == redisAddr() { // its pub/sub client is the watcher's
+			w.next(t, "disconnect", func() {
+				if err := c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+					t.Fatal(err)
+				}
+			})
 		}
 		cancel()
 		if err := <-done; err != nil {
-			t.Fatalf("WatchPauses after cancel: %v", err)
+			t.Fatalf("Watch after cancel: %v", err)
 		}
 	})
 }

@@ -2,7 +2,9 @@ package gate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +118,70 @@ func TestPaceLimits(t *testing.T) {
 		t.Fatalf("burst above the limit: %v", err)
 	}
 	_ = context.Background
+}
+
+// The margin in force follows the fleet: a worker's p99 lateness widens it to 4x at once (every decision
+// and the pace follow), the highest fresh report counts, it stops at the ceiling, a throttle doubles it,
+// and it narrows only after the hold, a tenth of the way a second. SlidingWindow's stays at the floor.
+func TestMarginFollowsTheFleet(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opts := gate.Options{Prefix: uniquePrefix(t), Margin: 10 * time.Millisecond, MarginMax: 100 * time.Millisecond,
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(10, time.Second)}, Burst: 1},
+				"other": {Policies: []gate.Policy{pol(10, time.Second)}},
+				"sw":    {Algorithm: gate.SlidingWindow, Policies: []gate.Policy{pol(10, time.Second)}}}}
+		l, err := gate.New(rdb, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer, err := gate.New(rdb, opts) // another worker process
+		if err != nil {
+			t.Fatal(err)
+		}
+		gate.SetMarginTiming(l, 300*time.Millisecond, 10*time.Second)
+		ms := time.Millisecond
+		check := func(what string, st gate.MarginState, err error, m time.Duration, why string) {
+			t.Helper()
+			if err != nil || st.Margin != m || !strings.HasPrefix(st.Why, why) || st.Floor != 10*ms {
+				t.Fatalf("%s: margin %+v %v, want %v (%s...)", what, st, err, m, why)
+			}
+		}
+		st, err := l.ReadMargin(ctx, prov)
+		check("at first", st, err, 10*ms, "floor")
+		st, err = l.ReportLateness(ctx, prov, "w1", 5*ms)
+		check("p99 5ms", st, err, 20*ms, "lateness")
+		if v := mustReserve(t, l, "a", 1, 0); v.Margin != 20*ms {
+			t.Fatalf("a decision after the widening: %+v, want it made with 20ms", v)
+		}
+		if every, _, err := l.Pace(prov); err != nil || every != 102*ms {
+			t.Fatalf("pace %v %v, want (1s + 20ms)/10", every, err)
+		}
+		if m, _ := peer.Margin(prov); m != 10*ms {
+			t.Fatalf("the peer took the margin up before it heard: %v", m)
+		}
+		st, err = peer.ReportLateness(ctx, prov, "w2", ms)
+		check("another worker's smaller p99", st, err, 20*ms, "lateness")
+		if m, _ := peer.Margin(prov); m != 20*ms {
+			t.Fatalf("the peer's margin after its report: %v, want 20ms", m)
+		}
+		st, err = l.ReportLateness(ctx, prov, "w1", 50*ms)
+		check("p99 50ms", st, err, 100*ms, "lateness")
+		st, err = l.ReportLateness(ctx, prov, "w1", ms) // the fleet recovered: but held
+		check("within the hold", st, err, 100*ms, "lateness")
+		time.Sleep(350 * time.Millisecond)
+		st, err = l.ReportLateness(ctx, prov, "w1", ms)
+		check("after the hold", st, err, 91*ms, "narrowing")
+		st, err = l.ReportLateness(ctx, prov, "w1", ms)
+		check("a step a second", st, err, 91*ms, "narrowing")
+
+		for _, m := range []time.Duration{20 * ms, 40 * ms, 80 * ms, 100 * ms} {
+			st, err = l.ReportThrottle(ctx, "other", "w1")
+			check("throttled", st, err, m, "throttled")
+		}
+		st, err = l.ReportLateness(ctx, "sw", "w1", 50*ms)
+		check("sliding_window", st, err, 10*ms, "fixed")
+		if _, err := l.ReportLateness(ctx, prov, "_x", ms); !errors.Is(err, gate.ErrInvalid) {
+			t.Fatalf("reporter _x: %v, want ErrInvalid", err)
+		}
+	})
 }

@@ -14,7 +14,9 @@
 --                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
 -- KEYS[4..#KEYS-2] -> the algorithm's state, all with the provider's hash tag (see its file)
 -- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
--- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch  STRING when this provider's state began (µs); never expires
+-- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch:<shape>  STRING when this provider's state began (µs); never
+--                                                expires. Its name also gives the warm-up's announcement
+--                                                channel, <prefix>:pauses, and the provider's name
 --
 -- ARGV[1] -> op: 'reserve', 'release' or 'status' (status changes nothing)
 -- ARGV[2] -> job id: 1..600 bytes, no NUL ('' for status)
@@ -29,7 +31,9 @@
 -- ARGV[9] -> buckets: sub-windows per window (sliding_window), else 0
 -- ARGV[10] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
 --             persistence, or this is the provider's first decision), reserve pauses the provider this
---             long before anything is admitted; 0: off
+--             long before anything is admitted, and announces it on <prefix>:pauses as
+--             "<provider> <until_us> <now_us>": a worker holding a reservation decided before now_us
+--             holds one the state no longer knows, and must not use it; 0: off
 -- ARGV[11] -> pace µs per unit of cost (0: not paced): reserve never gives a slot before the pace's arrival
 --             time KEYS[#KEYS-1] less the tolerance, and an admission of cost c at slot s moves that time to
 --             max(it, s) + c * pace (a GCRA over slots), so that slots come a pace apart rather than a
@@ -397,6 +401,8 @@ local function run()
       pause_until = now + warmup
       write('SET', pause, int(pause_until), 'PX', int(math.ceil(warmup / 1000) + 1000))
     end
+    local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch:')
+    write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(pause_until) .. ' ' .. int(now))
   end
   local kept = #writes -- a denial keeps the trim and the warm-up, and drops the rest
   local function deny(r)

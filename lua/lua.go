@@ -14,6 +14,11 @@ var SlidingLog string
 //go:embed pause.lua
 var Pause string
 
+// Margin keeps the margin in force for one provider, following the fleet's lateness.
+//
+//go:embed margin.lua
+var Margin string
+
 // Sent marks a job whose request was accepted though its delivery was not settled.
 //
 //go:embed sent.lua

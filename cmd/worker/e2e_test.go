@@ -119,7 +119,7 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 	t.Helper()
 	var b [5]byte
 	_, _ = rand.Read(b[:])
-	f := &fleet{t: t, x: "e2e-" + hex.EncodeToString(b[:]), dir: t.TempDir(), sims: map[string]*simProc{}, tiers: []string{"500ms", "2s", "5s"}, margin: 10 * time.Millisecond}
+	f := &fleet{t: t, x: "e2e-" + hex.EncodeToString(b[:]), dir: must(os.MkdirTemp("/tmp", "fleetlog-")), sims: map[string]*simProc{}, tiers: []string{"500ms", "2s", "5s"}, margin: 10 * time.Millisecond}
 	var yaml strings.Builder
 	fmt.Fprintf(&yaml, "log: {level: info}\nhttp: {listen: \"127.0.0.1:0\"}\nredis: {addrs: [%q], key_prefix: %s}\n", envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379"), f.x)
 	fmt.Fprintf(&yaml, "broker: {kind: rabbitmq, rabbitmq: {exchange: %s, prefetch: 16}}\n", f.x)
@@ -625,7 +625,10 @@ func (f *fleet) exampleSettings() {
 
 // The fleet as a new user deploys it (issue 15): three worker processes with the example config's
 // settings, a cold start (no gate state in Redis), a strict 50/1s provider and a backlog for 20 s. Nothing
-// over the limit, the budget used, nothing lost or charged twice.
+// over the limit, the budget used, nothing lost or charged twice. The cold start: the first acceptance
+// within the shortest window + 1s of the first decision (which began the warm-up), and no job sent round a
+// delay tier by it (the 48 handlers' slots never reach max_inline_wait ahead, so only the warm-up could
+// deny one).
 func TestFleetExampleSettings(t *testing.T) {
 	windows := []sim.Window{{Limit: 50, Per: time.Second}}
 	f := newFleet(t, simProvider{name: "acme", limits: windows})
@@ -646,6 +649,27 @@ func TestFleetExampleSettings(t *testing.T) {
 	u := utilisation(st, windows, f.margin)
 	t.Logf("first acceptance %v after the enqueue began; accepted %d in %v, utilisation %.3f, duplicates %d",
 		first.Sub(enqueued).Round(time.Millisecond), st.Accepted, st.LastAccepted.Sub(first).Round(time.Millisecond), u, st.Duplicates)
+	keys := f.gateKeys("acme")
+	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	defer rdb.Close()
+	began, err := rdb.Get(context.Background(), keys[len(keys)-1]).Int64() // the epoch: the first decision
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cold := first.Sub(time.UnixMicro(began)); cold > windows[0].Per+time.Second {
+		t.Errorf("first acceptance %v after the first decision, want within the window + 1s", cold)
+	}
+	outcomes := map[string]int{}
+	for line := range strings.SplitSeq(f.logs(), "\n") {
+		var l struct{ Msg, Outcome string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "job settled" {
+			outcomes[l.Outcome]++
+		}
+	}
+	t.Logf("outcomes %v", outcomes)
+	if outcomes["deferred"] != 0 {
+		t.Errorf("%d jobs deferred by the gate: the warm-up sent them round a delay tier", outcomes["deferred"])
+	}
 	l := f.collect()
 	l.check(t, ids("x", jobs))
 	if st.Violations != 0 || st.BadRequests != 0 || u < 0.97 || len(l.dead) != 0 {
@@ -653,3 +677,4 @@ func TestFleetExampleSettings(t *testing.T) {
 		t.Fatalf("stats %+v, utilisation %.3f, dead %v", st, u, l.dead)
 	}
 }
+func must(s string, err error) string { return s }

@@ -240,6 +240,25 @@ func TestFaultRedis(t *testing.T) {
 	}
 }
 
+// Redis killed and started again at once, empty, while the workers sleep on reservations up to
+// max_inline_wait (3s) ahead, well past the warm-up (1s + margin + consumers.LossNotice). The workers
+// hear of the loss (their pub/sub connection breaks; the warm-up is announced) and give those slots up:
+// none is sent beside the jobs the new state admits. Nothing over the limit, nothing lost or doubled.
+// (Sent on their old slots, they put 1 to 5 requests over the limit in each run tried.)
+func TestFaultRedisRestartUnderReservations(t *testing.T) {
+	rp := startRedis(t)
+	f := faultFleet(t, rp, simProvider{name: "acme", limits: []sim.Window{{Limit: 5, Per: time.Second}}}, 60,
+		"PAYGATE_WORKER_MAX_INLINE_WAIT=3s")
+	f.startWorker()
+	f.startWorker()
+	f.waitAccepted("acme", 10, time.Minute) // 16 handlers hold slots 204ms apart, up to 3s ahead
+	rp.kill()
+	rp.start()
+	f.waitAccepted("acme", 60, 2*time.Minute)
+	f.stopAll()
+	f.exactlyOnce("acme", 60)
+}
+
 // finalOutcomes counts, per provider, the distinct jobs the workers' log lines say ended: accepted, or
 // dead-lettered.
 func (f *fleet) finalOutcomes() map[string]int {

@@ -167,7 +167,7 @@ func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClien
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, Providers: ps}
 	if worker {
-		o.StaleAfter, o.WarmUp, o.WarmUpCap, o.Horizon = c.Gate.Margin/2, c.Gate.WarmUp, c.Gate.WarmUpMax, c.Worker.MaxInlineWait
+		o.StaleAfter, o.WarmUp, o.WarmUpCap, o.Horizon = c.Gate.Margin/2, c.Gate.WarmUp, c.Gate.WarmUpMax, consumers.LossNotice
 	}
 	l, err := gate.New(rdb, o)
 	if err != nil {

@@ -90,7 +90,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		if err := limiter.WatchPauses(watch, rdb, w.NotePause); err != nil {
+		if err := limiter.Watch(watch, rdb, w); err != nil {
 			log.Warn("pause announcements stopped: pauses still bind new gate decisions", zap.Error(err))
 		}
 	}()

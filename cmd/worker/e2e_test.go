@@ -119,7 +119,7 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 	t.Helper()
 	var b [5]byte
 	_, _ = rand.Read(b[:])
-	f := &fleet{t: t, x: "e2e-" + hex.EncodeToString(b[:]), dir: must(os.MkdirTemp("/tmp", "fleetlog-")), sims: map[string]*simProc{}, tiers: []string{"500ms", "2s", "5s"}, margin: 10 * time.Millisecond}
+	f := &fleet{t: t, x: "e2e-" + hex.EncodeToString(b[:]), dir: t.TempDir(), sims: map[string]*simProc{}, tiers: []string{"500ms", "2s", "5s"}, margin: 10 * time.Millisecond}
 	var yaml strings.Builder
 	fmt.Fprintf(&yaml, "log: {level: info}\nhttp: {listen: \"127.0.0.1:0\"}\nredis: {addrs: [%q], key_prefix: %s}\n", envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379"), f.x)
 	fmt.Fprintf(&yaml, "broker: {kind: rabbitmq, rabbitmq: {exchange: %s, prefetch: 16}}\n", f.x)
@@ -677,4 +677,3 @@ func TestFleetExampleSettings(t *testing.T) {
 		t.Fatalf("stats %+v, utilisation %.3f, dead %v", st, u, l.dead)
 	}
 }
-func must(s string, err error) string { return s }

@@ -72,10 +72,13 @@ type Redis struct {
 // Gate tunes the budget decisions.
 type Gate struct {
 	// Margin is added to every window to absorb jitter between the gate's decision and the provider's
-	// receipt; it costs Margin/Window of the budget.
+	// receipt; it costs Margin/Window of the budget. It is the floor of the margin in force.
 	Margin time.Duration `mapstructure:"margin"`
+	// MarginMax is the ceiling the margin in force may widen to while the fleet's lateness, or a throttle
+	// on a request sent in time, needs it (gate.Options.MarginMax); equal to Margin: it never moves.
+	MarginMax time.Duration `mapstructure:"margin_max"`
 	// WarmUp holds a provider after its state in Redis was lost (a restart without persistence), for its
-	// shortest window plus the margin plus worker.max_inline_wait (gate.Options.WarmUp).
+	// shortest window plus the margin plus consumers.LossNotice (gate.Options.WarmUp).
 	WarmUp bool `mapstructure:"warmup"`
 	// WarmUpMax caps the window part of the warm-up (gate.Options.WarmUpCap).
 	WarmUpMax time.Duration `mapstructure:"warmup_max"`
@@ -213,7 +216,8 @@ var defaults = map[string]any{
 	"redis.tls":                        false,
 	"redis.tls_ca_file":                "",
 	"redis.key_prefix":                 "paygate",
-	"gate.margin":                      "10ms",
+	"gate.margin":                      "20ms",
+	"gate.margin_max":                  "100ms",
 	"gate.warmup":                      true,
 	"gate.warmup_max":                  "1m",
 	"broker.kind":                      "rabbitmq",
@@ -641,6 +645,8 @@ func (c *Config) Validate() error {
 		"redis.key_prefix", "must be non-empty, without braces or whitespace, got %q", c.Redis.KeyPrefix)
 
 	p.check(c.Gate.Margin >= 0, "gate.margin", "must be >= 0, got %s", c.Gate.Margin)
+	p.check(c.Gate.MarginMax >= c.Gate.Margin && c.Gate.MarginMax <= time.Second, "gate.margin_max",
+		"must be gate.margin (%s)..1s, got %s", c.Gate.Margin, c.Gate.MarginMax)
 	p.check(c.Gate.WarmUpMax > 0, "gate.warmup_max", "must be > 0, got %s", c.Gate.WarmUpMax)
 
 	switch c.Broker.Kind {

@@ -33,7 +33,7 @@ func TestLoadValid(t *testing.T) {
 	if c.HTTP.Listen != "127.0.0.1:9090" {
 		t.Fatalf("http.listen defaults to %q, want 127.0.0.1:9090", c.HTTP.Listen)
 	}
-	if c.Worker.MaxInlineWait != 5*time.Second || c.Gate.Margin != 10*time.Millisecond ||
+	if c.Worker.MaxInlineWait != 5*time.Second || c.Gate.Margin != 20*time.Millisecond || c.Gate.MarginMax != 100*time.Millisecond ||
 		c.Broker.RabbitMQ.Exchange != "payments" || c.Redis.KeyPrefix != "paygate" ||
 		!reflect.DeepEqual(c.Worker.DelayTiers, []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}) {
 		t.Fatalf("defaults not applied: %+v", c)
@@ -72,6 +72,7 @@ func TestLoadErrors(t *testing.T) {
 			`redis.addrs[0]: must be host:port with a port 1..65535, got "localhost"`,
 			`redis.password_env: must name an environment variable, got "not a var"`,
 			`redis.key_prefix: must be non-empty, without braces or whitespace, got "pay{gate}"`,
+			`gate.margin_max: must be gate.margin (50ms)..1s, got 30ms`,
 			`broker.kind: must be rabbitmq or kafka, got "sqs"`,
 			`worker.concurrency: must be >= 1, got 0`,
 			`worker.max_attempts: must be >= 1, got 0`,

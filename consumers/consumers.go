@@ -22,8 +22,11 @@ package consumers
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +114,11 @@ type Gate interface {
 	Pause(ctx context.Context, provider string, until time.Time) error
 	// Sent records that an admitted job's request was accepted though its delivery was not settled.
 	Sent(ctx context.Context, provider, jobID string) error
+	// ReportLateness tells the gate this worker's p99 lateness on its slots; the margin in force follows
+	// the fleet's (gate.Limiter.ReportLateness).
+	ReportLateness(ctx context.Context, provider, reporter string, p99 time.Duration) (gate.MarginState, error)
+	// ReportThrottle tells the gate the provider throttled a request admitted on time.
+	ReportThrottle(ctx context.Context, provider, reporter string) (gate.MarginState, error)
 }
 
 // Dispatcher hands a job to one provider (providers.Client).
@@ -129,8 +137,11 @@ type Config struct {
 	BackoffMax      time.Duration
 	RedisRetry      time.Duration // deferral when the gate cannot answer
 	// LateLimit: a job that wakes more than this after its slot gives the slot back and reserves again
-	// (0: never). Half the gate's margin leaves the other half for the trip to the provider.
+	// (0: never). Half the gate's margin leaves the other half for the trip to the provider; it follows
+	// the margin in force (half of Verdict.Margin) when that is wider.
 	LateLimit time.Duration
+	// ReportEvery is how often the worker reports its lateness to the gate (0: 1s).
+	ReportEvery time.Duration
 	// Providers maps each provider to the largest cost a job may have there (its smallest limit).
 	Providers map[string]int64
 }
@@ -150,6 +161,8 @@ type Worker struct {
 	announced  map[string]time.Time // the end of the latest pause any worker set (Redis clock; NotePause)
 	lostAt     map[string]time.Time // the latest loss of a provider's gate state (Redis clock; NoteLoss)
 	brokeAt    time.Time            // the latest loss of the watch's connection (local clock; NoteDisconnect)
+	id         string               // this worker, to the gate's margin
+	late       map[string]*lateness // each provider's recent wake-ups, for ReportLateness
 }
 
 // New returns a worker. metrics may be nil.
@@ -179,7 +192,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{},
-		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}}, nil
+		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}, id: workerID(), late: newLateness(cfg.Providers)}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -193,6 +206,9 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 		names = append(names, p)
 	}
 	slices.Sort(names)
+	reports, stopReports := context.WithCancel(work)
+	defer stopReports()
+	wg.Go(func() { w.reportLateness(reports) })
 	streams := map[string]<-chan Delivery{}
 	for _, p := range names {
 		deliveries, err := b.Consume(ctx, p)
@@ -216,6 +232,7 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 		}
 	}
 	<-ctx.Done()
+	stopReports()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -253,6 +270,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var v gate.Verdict
 	gid := GateID(j.ID, s.attempt)
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
+	var limit time.Duration   // the lateness limit for the slot held
 	for try := 1; ; try++ {
 		var err error
 		asked := time.Now()
@@ -283,8 +301,12 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		s.late = time.Since(asked.Add(v.Delay))
 		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
+		if v.Delay > 0 {
+			w.late[provider].add(s.late)
+		}
 		lost := w.lost(provider, v, asked)
-		if !lost && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {
+		limit = w.lateLimit(v)
+		if !lost && (limit <= 0 || s.late <= limit) {
 			break
 		}
 		if lost {
@@ -315,8 +337,8 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			// CPU, a slow Redis). Sending late could exceed the provider's limit, which is never done:
 			// the job goes back to the broker for a while (not an attempt), and the log says why.
 			w.lateLog.warn(w.log, "woke later than gate.margin/2 after repeated re-reservations: job deferred; raise gate.margin or give the worker more CPU",
-				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", w.cfg.LateLimit))
-			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than gate.margin/2 (%s)", s.late.Round(time.Microsecond), try, w.cfg.LateLimit))
+				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", limit))
+			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than half the margin in force (%s)", s.late.Round(time.Microsecond), try, limit))
 			return
 		}
 	}
@@ -353,6 +375,11 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		w.pause(ctx, provider, thr.RetryAfter)
 		if !v.Duplicate && !v.Moved {
 			_, _ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot())
+			// Sent on its slot, in time, and still too many for the provider: it counted the window with
+			// requests arriving later than the margin allows for. The fleet widens it.
+			if st, err := w.gate.ReportThrottle(ctx, provider, w.id); err == nil {
+				w.metrics.margin.WithLabelValues(provider).Set(st.Margin.Seconds())
+			}
 		}
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
 	case errors.Is(err, providers.ErrPermanent):
@@ -413,6 +440,7 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 	}
 	w.metrics.decisions.WithLabelValues(provider, s.admission).Inc()
 	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
+	w.metrics.margin.WithLabelValues(provider).Set(v.Margin.Seconds())
 	s.waited += v.Delay
 	return true
 }
@@ -439,6 +467,45 @@ func (w *Worker) NotePause(provider string, until time.Time) {
 	defer w.mu.Unlock()
 	if until.After(w.announced[provider]) {
 		w.announced[provider] = until
+	}
+}
+
+// lateLimit is how late a job may wake on v's slot and still go: half the margin v was decided with, or
+// Config.LateLimit when that is more (0: no limit).
+func (w *Worker) lateLimit(v gate.Verdict) time.Duration {
+	if w.cfg.LateLimit <= 0 {
+		return 0
+	}
+	return max(w.cfg.LateLimit, v.Margin/2)
+}
+
+// reportLateness tells the gate, every ReportEvery, each provider's p99 lateness over this worker's last
+// wake-ups on reserved slots (when there were new ones), until ctx ends: the margin in force follows the
+// fleet's.
+func (w *Worker) reportLateness(ctx context.Context) {
+	every := w.cfg.ReportEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for provider, l := range w.late {
+			p99, ok := l.p99()
+			if !ok {
+				continue
+			}
+			st, err := w.gate.ReportLateness(ctx, provider, w.id, p99)
+			if err != nil {
+				continue // Redis unreachable: the decisions say so; the next report tries again
+			}
+			w.metrics.margin.WithLabelValues(provider).Set(st.Margin.Seconds())
+		}
 	}
 }
 
@@ -631,4 +698,52 @@ func (t *throttledLog) warn(log *zap.Logger, msg string, fields ...zap.Field) {
 	t.last, t.missed = now, 0
 	t.mu.Unlock()
 	log.Warn(msg, append(fields, zap.Int("suppressed_since_last", missed))...)
+}
+
+// lateness keeps a provider's last wake-ups on reserved slots.
+type lateness struct {
+	mu    sync.Mutex
+	ring  [256]time.Duration
+	n     int  // samples in ring, up to its length
+	next  int  // where the next goes
+	fresh bool // a sample came since the last p99
+}
+
+func newLateness(providers map[string]int64) map[string]*lateness {
+	m := make(map[string]*lateness, len(providers))
+	for p := range providers {
+		m[p] = &lateness{}
+	}
+	return m
+}
+
+func (l *lateness) add(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ring[l.next] = d
+	l.next = (l.next + 1) % len(l.ring)
+	l.n = min(l.n+1, len(l.ring))
+	l.fresh = true
+}
+
+// p99 is the 99th percentile of the kept samples, if one came since the last call.
+func (l *lateness) p99() (time.Duration, bool) {
+	l.mu.Lock()
+	if !l.fresh {
+		l.mu.Unlock()
+		return 0, false
+	}
+	l.fresh = false
+	s := slices.Clone(l.ring[:l.n])
+	l.mu.Unlock()
+	slices.Sort(s)
+	return s[(len(s)*99+99)/100-1], true
+}
+
+// workerID names this process to the gate: host, pid and a random part (a pid is reused after a restart).
+func workerID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }

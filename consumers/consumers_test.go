@@ -345,7 +345,7 @@ func TestLatenessGuardEdges(t *testing.T) {
 	// A fresh job, always late: after MaxLateTries re-reservations it is never sent late (that could
 	// exceed the limit): it is deferred, not as an attempt, every slot it held given back.
 	got = h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("fresh", "acme")) })
-	if got.Kind != "defer" || got.Attempt != 0 || got.Why == nil || !strings.Contains(got.Why.Error(), "gate.margin/2") || h.calls["acme"].Load() != 0 {
+	if got.Kind != "defer" || got.Attempt != 0 || got.Why == nil || !strings.Contains(got.Why.Error(), "half the margin in force") || h.calls["acme"].Load() != 0 {
 		t.Fatalf("always-late job: %+v, provider calls %d (want deferred, not an attempt, never sent)", got, h.calls["acme"].Load())
 	}
 	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 1 {
@@ -656,6 +656,87 @@ func TestLostStateDropsSleepingReservation(t *testing.T) {
 	if sentAt[0].Before(warmEnd) {
 		t.Fatalf("a sent %v before the warm-up's end: on its old slot, which the new state does not know", warmEnd.Sub(sentAt[0]))
 	}
+}
+
+// The margin follows the fleet: a worker running reports its p99 lateness on reserved slots every
+// ReportEvery (the gate keeps one report per worker), and a 429 on a request sent on its slot in time
+// widens the margin in force (the provider counted more than the gate admitted); later decisions use it,
+// and the late limit follows at half of it.
+func TestWorkerReportsToTheMargin(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int64
+	h := newHarness(t, rdb, consumers.Config{}, provider{name: "acme", limits: []gate.Policy{{Limit: 10, Window: time.Second}},
+		handler: func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) == 3 {
+				status(http.StatusTooManyRequests, "1")(w, r)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		}})
+	pfx := prefix()
+	l, err := gate.New(rdb, gate.Options{Prefix: pfx, Margin: 10 * time.Millisecond, MarginMax: 100 * time.Millisecond, StaleAfter: 5 * time.Millisecond,
+		Providers: map[string]gate.Provider{"acme": {Policies: []gate.Policy{{Limit: 10, Window: time.Second}}, Burst: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := consumers.New(consumers.Config{Concurrency: 2, MaxInlineWait: 3 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+		ShutdownTimeout: 5 * time.Second, LateLimit: 5 * time.Millisecond, ReportEvery: 50 * time.Millisecond, Providers: map[string]int64{"acme": 10}},
+		l, h.dispatch, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := h.broker.Publish(ctx, "acme", body(fmt.Sprint("j", i), "acme")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, h.broker) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.broker.Settled()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // a report or more after the last wake-up
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("%d requests, want 3 (settled %+v)", calls.Load(), h.broker.Settled())
+	}
+	st, err := l.ReadMargin(context.Background(), "acme")
+	// Doubled from whatever the lateness reports had made it (the floor, or more under -race).
+	if err != nil || st.Margin < 20*time.Millisecond || !strings.HasPrefix(st.Why, "throttled") {
+		t.Fatalf("margin after the throttle: %+v %v, want doubled, at least 20ms", st, err)
+	}
+	reports, err := rdb.HKeys(context.Background(), pfx+":{acme}:lateness").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := 0
+	for _, k := range reports {
+		if !strings.HasPrefix(k, "_") {
+			workers++
+		}
+	}
+	if workers != 1 {
+		t.Fatalf("lateness reports %v, want this worker's", reports)
+	}
+	if v := mustReserveC(t, l, "later"); v.Margin != st.Margin {
+		t.Fatalf("a later decision: %+v, want it made with the margin in force", v)
+	}
+}
+
+func mustReserveC(t *testing.T, l *gate.Limiter, id string) gate.Verdict {
+	t.Helper()
+	v, err := l.Reserve(context.Background(), "acme", id, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // The core does not know which algorithm counts a provider: under every one, an accepted job is acked, its

@@ -15,6 +15,7 @@ type Metrics struct {
 	dispatch  *prometheus.HistogramVec // paygate_dispatch_duration_seconds{provider,class}
 	inflight  *prometheus.GaugeVec     // paygate_inflight{provider}
 	lateness  *prometheus.HistogramVec // paygate_dispatch_lateness_seconds{provider}
+	margin    *prometheus.GaugeVec     // paygate_gate_margin_seconds{provider}
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not registered, for tests).
@@ -39,12 +40,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"provider"}),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "paygate_dispatch_lateness_seconds",
-			Help:    "How long after its reserved slot a job's request started; keep it under gate.margin.",
+			Help:    "How long after its reserved slot a job's request started; kept under half the margin in force.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, 1},
+		}, []string{"provider"}),
+		margin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "paygate_gate_margin_seconds", Help: "The gate's margin in force, as this worker last learned it (gate.margin, or wider while the fleet's lateness needs it).",
 		}, []string{"provider"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness)
+		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin)
 	}
 	return m
 }

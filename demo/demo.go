@@ -452,6 +452,15 @@ func (c countingGate) Sent(ctx context.Context, provider, jobID string) error {
 	return c.g.Sent(ctx, provider, jobID)
 }
 
+// The margin reports are periodic, not per job: not counted.
+func (c countingGate) ReportLateness(ctx context.Context, provider, reporter string, p99 time.Duration) (gate.MarginState, error) {
+	return c.g.ReportLateness(ctx, provider, reporter, p99)
+}
+
+func (c countingGate) ReportThrottle(ctx context.Context, provider, reporter string) (gate.MarginState, error) {
+	return c.g.ReportThrottle(ctx, provider, reporter)
+}
+
 func (c countingGate) Pause(ctx context.Context, provider string, until time.Time) error {
 	c.st.call(provider, gate.Verdict{}, false)
 	return c.g.Pause(ctx, provider, until)

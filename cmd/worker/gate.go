@@ -108,7 +108,11 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	case "kafka":
 		fmt.Fprintf(stdout, "broker: kafka %s, group %q, topic prefix %q\n", strings.Join(c.Broker.Kafka.Brokers, ","), c.Broker.Kafka.Group, c.Broker.Kafka.TopicPrefix)
 	}
-	fmt.Fprintf(stdout, "gate:   margin %s\n", c.Gate.Margin)
+	if c.Gate.MarginMax > c.Gate.Margin {
+		fmt.Fprintf(stdout, "gate:   margin %s, following the fleet's lateness up to %s\n", c.Gate.Margin, c.Gate.MarginMax)
+	} else {
+		fmt.Fprintf(stdout, "gate:   margin %s\n", c.Gate.Margin)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tALGORITHM\tPACE\tTIMEOUT\tURL")
 	for _, name := range c.ProviderNames() {
@@ -165,7 +169,7 @@ func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClien
 	for name, p := range c.Providers {
 		ps[name] = gate.Provider{Policies: policies(p), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst}
 	}
-	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, Providers: ps}
+	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps}
 	if worker {
 		o.StaleAfter, o.WarmUp, o.WarmUpCap, o.Horizon = c.Gate.Margin/2, c.Gate.WarmUp, c.Gate.WarmUpMax, consumers.LossNotice
 	}
@@ -289,6 +293,11 @@ type statusReport struct {
 	PausedUntil string         `json:"paused_until,omitempty"`
 	Units       int64          `json:"units"`
 	Policies    []statusPolicy `json:"policies"`
+	// The margin in force (gate.margin .. gate.margin_max), and why it is what it is.
+	MarginMs      float64 `json:"margin_ms"`
+	MarginFloorMs float64 `json:"margin_floor_ms"`
+	MarginMaxMs   float64 `json:"margin_max_ms"`
+	MarginWhy     string  `json:"margin_why"`
 }
 
 func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -303,6 +312,10 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer closeGate()
+	m, err := l.ReadMargin(ctx, *provider) // first: the status then counts under the margin in force
+	if err != nil {
+		return err
+	}
 	st, err := l.Status(ctx, *provider)
 	if err != nil {
 		return err
@@ -311,7 +324,9 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	rep := statusReport{Provider: st.Provider, Algorithm: string(algo), Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	rep := statusReport{Provider: st.Provider, Algorithm: string(algo), Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units,
+		MarginMs: ms(m.Margin), MarginFloorMs: ms(m.Floor), MarginMaxMs: ms(m.Ceiling), MarginWhy: m.Why}
 	if !st.PausedUntil.IsZero() {
 		rep.PausedUntil = st.PausedUntil.UTC().Format(time.RFC3339Nano)
 	}
@@ -333,6 +348,7 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		record = "in the id record"
 	}
 	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d units %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
+	fmt.Fprintf(stdout, "margin in force %s (gate.margin %s, gate.margin_max %s): %s\n", m.Margin, m.Floor, m.Ceiling, m.Why)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tLIMIT\tUSED\tRESERVED\tREMAINING\tRESET IN")
 	for _, p := range rep.Policies {

@@ -90,12 +90,12 @@ func TestCheckConfig(t *testing.T) {
 		t.Fatalf("shipped config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// No silent cap: what one process can keep in flight against the paced budget, and a prefetch that caps it.
-	if want := "acme: 99.01/s paced; one process's 16 handlers fill it while a request takes under 162ms"; !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "warning") {
+	if want := "acme: 98.04/s paced; one process's 16 handlers fill it while a request takes under 163ms"; !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "warning") {
 		t.Fatalf("shipped config: capacity line %q missing, or a warning:\n%s", want, r.stdout)
 	}
 	r = worker(t, []string{"PAYGATE_BROKER_RABBITMQ_PREFETCH=8"}, "check-config", "--config", "../../config.yaml")
 	if want := "warning: broker.rabbitmq.prefetch 8 is below worker.concurrency 16: only 8 handlers per provider ever work"; r.code != 0 || !strings.Contains(r.stdout, want) ||
-		!strings.Contains(r.stdout, "8 handlers fill it while a request takes under 81ms") {
+		!strings.Contains(r.stdout, "8 handlers fill it while a request takes under 82ms") {
 		t.Fatalf("prefetch below concurrency: exit %d, want %q:\n%s", r.code, want, r.stdout)
 	}
 	r = worker(t, nil, "check-config", "--config", "../../config/testdata/bad_values.yaml")
@@ -221,24 +221,26 @@ func TestGateTryConcurrent(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
 		t.Fatalf("status: exit %d %q %v", r.code, r.stdout, err)
 	}
-	if st.Units != 5 || st.Policies[0].Used != 5 || st.Policies[0].Remaining != 0 || st.Policies[1].Remaining != 95 {
+	if st.Units != 5 || st.Policies[0].Used != 5 || st.Policies[0].Remaining != 0 || st.Policies[1].Remaining != 95 ||
+		st.MarginMs != 20 || st.MarginFloorMs != 20 || st.MarginMaxMs != 100 || st.MarginWhy != "floor" {
 		t.Fatalf("status %+v", st)
 	}
 	r = worker(t, nil, "gate", "status", "--config", cfg, "--provider", "acme")
-	if r.code != 0 || !strings.Contains(r.stdout, "5/3s") || !strings.Contains(r.stdout, "REMAINING") {
+	if r.code != 0 || !strings.Contains(r.stdout, "5/3s") || !strings.Contains(r.stdout, "REMAINING") ||
+		!strings.Contains(r.stdout, "margin in force 20ms (gate.margin 20ms, gate.margin_max 100ms): floor") {
 		t.Fatalf("status table: %s", r.stdout)
 	}
 }
 
-// Paced by default: "gate try" processes asking together at 5 per 3s (margin 10ms) are handed slots a pace,
-// (3s + 10ms) / 5 = 602ms, apart, never two at one moment. Asking for now only, one is admitted and the
+// Paced by default: "gate try" processes asking together at 5 per 3s (margin 20ms) are handed slots a pace,
+// (3s + 20ms) / 5 = 604ms, apart, never two at one moment. Asking for now only, one is admitted and the
 // others are told to come back within a pace.
 func TestGateTryPaced(t *testing.T) {
 	cfg := testConfig(t, strings.Replace(fivePer3s, "    burst: 5\n", "", 1))
-	if r := worker(t, nil, "check-config", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "every 602ms") {
+	if r := worker(t, nil, "check-config", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "every 604ms") {
 		t.Fatalf("check-config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	const pace = 602 * time.Millisecond
+	const pace = 604 * time.Millisecond
 	ask := func(prefix, maxWait string) []tryVerdict {
 		return tryConcurrently(t, cfg, 5, prefix, "--max-wait", maxWait)
 	}

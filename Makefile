@@ -1,7 +1,7 @@
 # paygate. `make test` is the test command CI runs (.ci/run); it starts the servers the tests need.
 GO ?= go
 
-.PHONY: test test-repeat test-faults services vet fmt build bench bench-quick bench-gate clean
+.PHONY: test test-repeat test-faults services vet fmt build bench bench-quick bench-gate bench-fleet clean
 
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
 # machine to itself: they run after the other packages, not beside them. Then ten seconds of fuzzing the
@@ -47,6 +47,15 @@ bench: services
 # Every scenario, briefly: checks the bench runs (its figures are not for quoting).
 bench-quick: services
 	cd bench && $(GO) run . -quick -out $${TMPDIR:-/tmp}/BENCHMARKS-quick.md -plots $${TMPDIR:-/tmp}/paygate-plots
+
+# The fleet (issue 15): K = 1, 2, 4, 8 separate worker processes with config.yaml's settings, on RabbitMQ and
+# Kafka, at 50/1s, 100/1s + 3000/1m and 400/1s, 60s a cell (about 30 minutes); rewrites BENCHMARKS.md's
+# section 6 and bench/plots/fleet.svg. CELL=10s K=1,2 for a quick look.
+CELL ?= 60s
+K ?= 1,2,4,8
+bench-fleet: services
+	PAYGATE_BENCH_FLEET=$(CELL) PAYGATE_BENCH_FLEET_K=$(K) PAYGATE_BENCH_FLEET_OUT=$(CURDIR)/BENCHMARKS.md \
+		$(GO) test -count=1 -timeout 3h -run '^TestFleetBench$$' -v ./cmd/worker
 
 # The gate's decision cost beside a plain GET on the same client (see README, Benchmarks).
 bench-gate: services

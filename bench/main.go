@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"time"
@@ -205,12 +206,21 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	}
 
 	fmt.Fprintf(&b, "\n---\nThis run took %s.\n", time.Since(began).Round(time.Second))
+	// make bench-fleet writes its section of its own (cmd/worker, TestFleetBench): it stays.
+	if old, err := os.ReadFile(out); err == nil {
+		if fleet := fleetSection.Find(old); fleet != nil {
+			b.WriteString("\n")
+			b.Write(fleet)
+		}
+	}
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote %s in %s\n", out, time.Since(began).Round(time.Second))
 	return nil
 }
+
+var fleetSection = regexp.MustCompile(`(?s)<!-- fleet:begin -->.*<!-- fleet:end -->\n?`)
 
 func cpuModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")

@@ -275,6 +275,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		var err error
 		asked := time.Now()
 		v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+		answered := time.Now()
 		// Denied, but the slot is only just beyond max wait: wait here and ask again rather than send the
 		// job round a delay tier. A deferral costs a broker round trip, and frees the handler to take the
 		// next job only to be denied too: a backlog deeper than max wait went round the tiers whole.
@@ -288,6 +289,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			s.waited += v.RetryAfter
 			asked = time.Now()
 			v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+			answered = time.Now()
 		}
 		if !w.admitted(ctx, &s, v, err) {
 			return
@@ -302,7 +304,10 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		s.late = time.Since(asked.Add(v.Delay))
 		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
 		if v.Delay > 0 {
-			w.late[provider].add(s.late)
+			// The fleet's margin follows how late processes wake, which is what a wider margin absorbs: the
+			// lateness counted from the answer, without the round trip to Redis (a slow Redis is a matter
+			// for the late limit above, not for the margin).
+			w.late[provider].add(time.Since(answered.Add(v.Delay)))
 		}
 		lost := w.lost(provider, v, asked)
 		limit = w.lateLimit(v)
@@ -479,9 +484,9 @@ func (w *Worker) lateLimit(v gate.Verdict) time.Duration {
 	return max(w.cfg.LateLimit, v.Margin/2)
 }
 
-// reportLateness tells the gate, every ReportEvery, each provider's p99 lateness over this worker's last
-// wake-ups on reserved slots (when there were new ones), until ctx ends: the margin in force follows the
-// fleet's.
+// reportLateness tells the gate, every ReportEvery, each provider's p99 lateness over this worker's
+// wake-ups on reserved slots in the last 10s (when there were new ones, and enough), until ctx ends: the
+// margin in force follows the fleet's.
 func (w *Worker) reportLateness(ctx context.Context) {
 	every := w.cfg.ReportEvery
 	if every <= 0 {
@@ -496,7 +501,7 @@ func (w *Worker) reportLateness(ctx context.Context) {
 		case <-t.C:
 		}
 		for provider, l := range w.late {
-			p99, ok := l.p99()
+			p99, ok := l.p99(10 * time.Second)
 			if !ok {
 				continue
 			}
@@ -700,14 +705,19 @@ func (t *throttledLog) warn(log *zap.Logger, msg string, fields ...zap.Field) {
 	log.Warn(msg, append(fields, zap.Int("suppressed_since_last", missed))...)
 }
 
-// lateness keeps a provider's last wake-ups on reserved slots.
+// lateness keeps a provider's recent wake-ups on reserved slots.
 type lateness struct {
-	mu    sync.Mutex
-	ring  [256]time.Duration
-	n     int  // samples in ring, up to its length
-	next  int  // where the next goes
-	fresh bool // a sample came since the last p99
+	mu   sync.Mutex
+	ring [256]struct {
+		late time.Duration
+		at   time.Time
+	}
+	n, next int       // samples in ring (up to its length), where the next goes
+	last    time.Time // the newest sample when p99 was last taken
 }
+
+// minLateSamples: fewer recent wake-ups than this say too little about the tail to move the fleet's margin.
+const minLateSamples = 20
 
 func newLateness(providers map[string]int64) map[string]*lateness {
 	m := make(map[string]*lateness, len(providers))
@@ -720,24 +730,34 @@ func newLateness(providers map[string]int64) map[string]*lateness {
 func (l *lateness) add(d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.ring[l.next] = d
+	l.ring[l.next].late, l.ring[l.next].at = d, time.Now()
 	l.next = (l.next + 1) % len(l.ring)
 	l.n = min(l.n+1, len(l.ring))
-	l.fresh = true
 }
 
-// p99 is the 99th percentile of the kept samples, if one came since the last call.
-func (l *lateness) p99() (time.Duration, bool) {
+// p99 is the 99th percentile of the samples of the last `within`, never their single largest (one
+// wake-up is an accident, not a fleet's tail): reported only when a sample came since the last call and
+// there are at least minLateSamples.
+func (l *lateness) p99(within time.Duration) (time.Duration, bool) {
 	l.mu.Lock()
-	if !l.fresh {
+	newest := l.ring[(l.next+len(l.ring)-1)%len(l.ring)].at
+	if l.n == 0 || !newest.After(l.last) {
 		l.mu.Unlock()
 		return 0, false
 	}
-	l.fresh = false
-	s := slices.Clone(l.ring[:l.n])
+	l.last = newest
+	var s []time.Duration
+	for _, x := range l.ring[:l.n] {
+		if time.Since(x.at) <= within {
+			s = append(s, x.late)
+		}
+	}
 	l.mu.Unlock()
+	if len(s) < minLateSamples {
+		return 0, false
+	}
 	slices.Sort(s)
-	return s[(len(s)*99+99)/100-1], true
+	return s[min((len(s)*99+99)/100, len(s)-1)-1], true
 }
 
 // workerID names this process to the gate: host, pid and a random part (a pid is reused after a restart).

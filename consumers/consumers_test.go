@@ -668,9 +668,10 @@ func TestWorkerReportsToTheMargin(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var calls atomic.Int64
-	h := newHarness(t, rdb, consumers.Config{}, provider{name: "acme", limits: []gate.Policy{{Limit: 10, Window: time.Second}},
+	h := newHarness(t, rdb, consumers.Config{}, provider{name: "acme", limits: []gate.Policy{{Limit: 100, Window: time.Second}},
 		handler: func(w http.ResponseWriter, r *http.Request) {
-			if calls.Add(1) == 3 {
+			if calls.Add(1) == 25 { // after enough wake-ups for a report
+
 				status(http.StatusTooManyRequests, "1")(w, r)
 				return
 			}
@@ -678,17 +679,18 @@ func TestWorkerReportsToTheMargin(t *testing.T) {
 		}})
 	pfx := prefix()
 	l, err := gate.New(rdb, gate.Options{Prefix: pfx, Margin: 10 * time.Millisecond, MarginMax: 100 * time.Millisecond, StaleAfter: 5 * time.Millisecond,
-		Providers: map[string]gate.Provider{"acme": {Policies: []gate.Policy{{Limit: 10, Window: time.Second}}, Burst: 1}}})
+		Providers: map[string]gate.Provider{"acme": {Policies: []gate.Policy{{Limit: 100, Window: time.Second}}, Burst: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := consumers.New(consumers.Config{Concurrency: 2, MaxInlineWait: 3 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-		ShutdownTimeout: 5 * time.Second, LateLimit: 5 * time.Millisecond, ReportEvery: 50 * time.Millisecond, Providers: map[string]int64{"acme": 10}},
+	w, err := consumers.New(consumers.Config{Concurrency: 4, MaxInlineWait: 3 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+		ShutdownTimeout: 5 * time.Second, LateLimit: 5 * time.Millisecond, ReportEvery: 50 * time.Millisecond, Providers: map[string]int64{"acme": 100}},
 		l, h.dispatch, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
+	const jobs = 30 // paced 10.2ms apart: the 25th is throttled, the rest held by the pause
+	for i := range jobs {
 		if err := h.broker.Publish(ctx, "acme", body(fmt.Sprint("j", i), "acme")); err != nil {
 			t.Fatal(err)
 		}
@@ -696,7 +698,7 @@ func TestWorkerReportsToTheMargin(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, h.broker) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(h.broker.Settled()) < 3 && time.Now().Before(deadline) {
+	for len(h.broker.Settled()) < jobs && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // a report or more after the last wake-up
@@ -704,8 +706,8 @@ func TestWorkerReportsToTheMargin(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if calls.Load() != 3 {
-		t.Fatalf("%d requests, want 3 (settled %+v)", calls.Load(), h.broker.Settled())
+	if calls.Load() != 25 {
+		t.Fatalf("%d requests, want 25 (settled %+v)", calls.Load(), h.broker.Settled())
 	}
 	st, err := l.ReadMargin(context.Background(), "acme")
 	// Doubled from whatever the lateness reports had made it (the floor, or more under -race).

@@ -179,7 +179,7 @@ type Limiter struct {
 // The margin in force: a margin kept up is narrowed after marginHold, by steps a second apart; a worker's
 // report counts for marginFresh.
 const (
-	marginHold  = 30 * time.Second
+	marginHold  = 10 * time.Second
 	marginFresh = 10 * time.Second
 )
 
@@ -591,8 +591,8 @@ func (l *Limiter) Margin(providerName string) (time.Duration, error) {
 
 // ReportLateness tells the gate how late this reporter's (a worker's) wake-ups on its slots have been,
 // its p99 over its recent ones. The margin in force follows the fleet: 4 x the highest p99 among the
-// reports of the last 10s, within [Options.Margin, Options.MarginMax]; it widens at once and narrows
-// slowly (lua/margin.lua). Every worker's next decisions use what this returns, as do this process's.
+// reports of the last 10s, within [Options.Margin, Options.MarginMax]; it widens at once and, 10s after,
+// narrows a quarter of the way a second (lua/margin.lua). Every worker's next decisions use what this returns, as do this process's.
 func (l *Limiter) ReportLateness(ctx context.Context, providerName, reporter string, p99 time.Duration) (MarginState, error) {
 	return l.margins(ctx, providerName, "lateness", reporter, micros(max(p99, 0)))
 }

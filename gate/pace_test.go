@@ -122,7 +122,7 @@ func TestPaceLimits(t *testing.T) {
 
 // The margin in force follows the fleet: a worker's p99 lateness widens it to 4x at once (every decision
 // and the pace follow), the highest fresh report counts, it stops at the ceiling, a throttle doubles it,
-// and it narrows only after the hold, a tenth of the way a second. SlidingWindow's stays at the floor.
+// and it narrows only after the hold, a quarter of the way a second. SlidingWindow's stays at the floor.
 func TestMarginFollowsTheFleet(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -170,9 +170,9 @@ func TestMarginFollowsTheFleet(t *testing.T) {
 		check("within the hold", st, err, 100*ms, "lateness")
 		time.Sleep(350 * time.Millisecond)
 		st, err = l.ReportLateness(ctx, prov, "w1", ms)
-		check("after the hold", st, err, 91*ms, "narrowing")
+		check("after the hold", st, err, 77500*time.Microsecond, "narrowing")
 		st, err = l.ReportLateness(ctx, prov, "w1", ms)
-		check("a step a second", st, err, 91*ms, "narrowing")
+		check("a step a second", st, err, 77500*time.Microsecond, "narrowing")
 
 		for _, m := range []time.Duration{20 * ms, 40 * ms, 80 * ms, 100 * ms} {
 			st, err = l.ReportThrottle(ctx, "other", "w1")

@@ -17,7 +17,7 @@
 -- The target is 4 x the highest p99 among fresh reports, within [floor, ceiling]: the worker gives a slot
 -- back when it wakes more than half the margin late, so the p99 wake-up then stays within half of that,
 -- and the other half of the margin is left for the trip to the provider. A target above the margin in
--- force takes over at once; below it, the margin narrows a tenth of the way down at most once a second,
+-- force takes over at once; below it, the margin narrows a quarter of the way down at most once a second,
 -- and only once hold has passed since it last widened. A throttle doubles the margin in force (at least by the floor), up to the ceiling:
 -- the provider counted more in a window than the gate admitted, so the margin was too thin for this
 -- fleet's trip to it.
@@ -68,7 +68,7 @@ else
     to = target
     reason = 'lateness: the fleet p99 is ' .. int(high) .. 'us'
   elseif target < cur and now - changed >= hold then
-    to = math.max(target, cur - math.max(1000, math.ceil((cur - target) / 10)))
+    to = math.max(target, cur - math.max(1000, math.ceil((cur - target) / 4)))
     if to <= floor then reason = 'floor' else reason = 'narrowing: the fleet p99 is ' .. int(high) .. 'us' end
   end
 end

@@ -324,7 +324,11 @@ func utilisation(s sim.Stats, windows []sim.Window, margin time.Duration) float6
 	if s.FirstAccepted == nil || s.Accepted == 0 {
 		return 0
 	}
-	span := s.LastAccepted.Sub(*s.FirstAccepted)
+	return float64(s.Accepted) / float64(optimum(s.LastAccepted.Sub(*s.FirstAccepted), windows, margin))
+}
+
+// optimum is how many requests the gate could admit in span (both ends included) from a standing start.
+func optimum(span time.Duration, windows []sim.Window, margin time.Duration) int {
 	var policies []gate.Policy
 	for _, w := range windows {
 		policies = append(policies, gate.Policy{Limit: int64(w.Limit), Window: w.Per})
@@ -351,7 +355,7 @@ func utilisation(s sim.Stats, windows []sim.Window, margin time.Duration) float6
 		}
 		t = next
 	}
-	return float64(s.Accepted) / float64(len(admitted))
+	return len(admitted)
 }
 
 // The RabbitMQ issue's acceptance check: two worker processes against a strict provider at 25/s take 250

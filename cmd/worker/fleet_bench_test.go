@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/providers/sim"
+)
+
+// The fleet benchmark (make bench-fleet, issue 15): K separate `worker run` processes with the example
+// config.yaml's worker and gate settings, on RabbitMQ and on Kafka (cmd/kfake as a process), against a
+// strict provider-sim, a backlog, one cell per broker x limits x K. Skipped unless PAYGATE_BENCH_FLEET
+// holds the length of a cell (60s); PAYGATE_BENCH_FLEET_OUT names the Markdown file whose fleet section
+// it rewrites (BENCHMARKS.md), PAYGATE_BENCH_FLEET_K the process counts (1,2,4,8). Figures only: nothing is
+// asserted here; the make test case is TestFleetExampleSettings.
+
+type fleetCell struct {
+	Broker, Limits string
+	K              int
+	Accepted       int64
+	Over           int64 // requests the provider refused for exceeding a limit
+	Utilisation    float64
+	ColdStart      time.Duration // first acceptance after the first decision (the warm-up began)
+	P99Late        time.Duration // the workers' wake-ups on reserved slots
+	Margin         time.Duration // the margin in force at the end
+	Deferred       int           // jobs sent round a delay tier or retry topic, for any reason
+}
+
+var fleetLimits = []struct {
+	name    string
+	windows []sim.Window
+}{
+	{"50/1s", []sim.Window{{Limit: 50, Per: time.Second}}},
+	{"100/1s + 3000/1m", []sim.Window{{Limit: 100, Per: time.Second}, {Limit: 3000, Per: time.Minute}}},
+	{"400/1s", []sim.Window{{Limit: 400, Per: time.Second}}},
+}
+
+func TestFleetBench(t *testing.T) {
+	spec := os.Getenv("PAYGATE_BENCH_FLEET")
+	if spec == "" {
+		t.Skip("make bench-fleet runs it (PAYGATE_BENCH_FLEET=60s)")
+	}
+	cell, err := time.ParseDuration(spec)
+	if err != nil || cell < 5*time.Second {
+		t.Fatalf("PAYGATE_BENCH_FLEET=%q: want a duration of at least 5s", spec)
+	}
+	ks := []int{1, 2, 4, 8}
+	if s := os.Getenv("PAYGATE_BENCH_FLEET_K"); s != "" {
+		ks = nil
+		for f := range strings.SplitSeq(s, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || k < 1 {
+				t.Fatalf("PAYGATE_BENCH_FLEET_K=%q: want counts like 1,2,4,8", s)
+			}
+			ks = append(ks, k)
+		}
+	}
+	began := time.Now()
+	var cells []fleetCell
+	for _, broker := range []string{"rabbitmq", "kafka"} {
+		for _, lim := range fleetLimits {
+			for _, k := range ks {
+				t.Run(fmt.Sprintf("%s/%s/K=%d", broker, lim.name, k), func(t *testing.T) {
+					c := runFleetCell(t, broker, lim.name, lim.windows, k, cell)
+					t.Logf("%+v", c)
+					cells = append(cells, c)
+				})
+			}
+		}
+	}
+	if out := os.Getenv("PAYGATE_BENCH_FLEET_OUT"); out != "" {
+		if err := writeFleetSection(out, cells, cell, time.Since(began)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int, run time.Duration) fleetCell {
+	p := simProvider{name: "acme", limits: windows}
+	var f *fleet
+	if broker == "kafka" {
+		f, _ = newKafkaFleet(t, p)
+		b, err := os.ReadFile(f.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A partition per process at most: more would idle.
+		if err := os.WriteFile(f.cfg, []byte(strings.Replace(string(b), "partitions: 4", "partitions: 8", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		f = newFleet(t, p)
+	}
+	f.exampleSettings()
+	for range k {
+		f.startWorker()
+	}
+	if broker == "kafka" {
+		f.waitFor("every worker in the group", time.Minute, func() bool { return f.joined() >= k })
+	}
+	jobs := int(float64(optimum(run, windows, f.margin)) * 1.1)
+	f.enqueue("acme", jobs, "b")
+	s := f.sims["acme"]
+	f.waitFor("a first acceptance", time.Minute, func() bool { return s.Stats().FirstAccepted != nil })
+	first := *s.Stats().FirstAccepted
+	time.Sleep(time.Until(first.Add(run)))
+	f.stopAll()
+	st := s.Stats()
+	c := fleetCell{Broker: broker, Limits: name, K: k, Accepted: st.Accepted, Over: st.Violations, Utilisation: utilisation(st, windows, f.margin)}
+
+	keys := f.gateKeys("acme")
+	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	defer rdb.Close()
+	ctx := context.Background()
+	if began, err := rdb.Get(ctx, keys[len(keys)-1]).Int64(); err == nil {
+		c.ColdStart = first.Sub(time.UnixMicro(began))
+	}
+	c.Margin = f.margin
+	if m, err := rdb.Get(ctx, f.x+":{acme}:margin").Int64(); err == nil {
+		c.Margin = time.Duration(m) * time.Microsecond
+	}
+	var late []float64
+	for line := range strings.SplitSeq(f.logs(), "\n") {
+		var l struct {
+			Msg, Outcome, Admission string
+			Late                    float64
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "job settled" {
+			continue
+		}
+		switch {
+		case l.Outcome == "succeeded" && l.Admission == "reserved":
+			late = append(late, l.Late)
+		case l.Outcome != "succeeded" && l.Outcome != "requeued":
+			c.Deferred++
+		}
+	}
+	if len(late) > 0 {
+		slices.Sort(late)
+		c.P99Late = time.Duration(late[(len(late)*99+99)/100-1] * float64(time.Second))
+	}
+	return c
+}
+
+var fleetSection = regexp.MustCompile(`(?s)<!-- fleet:begin -->.*<!-- fleet:end -->\n?`)
+
+// writeFleetSection puts the cells into path between the fleet markers (appended when missing), and the
+// plot beside it in bench/plots/fleet.svg.
+func writeFleetSection(path string, cells []fleetCell, run, took time.Duration) error {
+	var b strings.Builder
+	b.WriteString("<!-- fleet:begin -->\n## 6. The fleet: separate worker processes\n\n")
+	fmt.Fprintf(&b, "Generated by `make bench-fleet` on %s, %s per cell, in %s. K separate `worker run` processes with the example `config.yaml`'s worker and gate settings (concurrency 16, prefetch 32, `max_inline_wait` 5s, margin 20ms, up to 100ms), on RabbitMQ and on Kafka (`cmd/kfake` as a process, 8 partitions), against `provider-sim` as the strict provider, from a cold start (no gate state in Redis), with a backlog of 1.1 × what the limits allow in the cell. *Over*: requests the provider refused for exceeding a limit. *Utilisation*: accepted over the most the gate could admit between the first and the last acceptance (the referee of `TestFleetExampleSettings`; the margin is the configured one). *Cold start*: the first acceptance after the first decision, which began the warm-up (shortest window + margin + 0.5 s). *p99 late*: the workers' wake-ups on reserved slots. *Margin*: in force at the end. *Deferred*: jobs sent round a delay tier for any reason.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), run, took.Round(time.Second))
+	b.WriteString("| broker | limits | K | accepted | over | utilisation | cold start | p99 late | margin | deferred |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range cells {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.3f | %s | %s | %s | %d |\n", c.Broker, c.Limits, c.K, c.Accepted, c.Over, c.Utilisation,
+			c.ColdStart.Round(time.Millisecond), c.P99Late.Round(10*time.Microsecond), c.Margin.Round(100*time.Microsecond), c.Deferred)
+	}
+	b.WriteString("\n![utilisation by processes](bench/plots/fleet.svg)\n<!-- fleet:end -->\n")
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	doc := string(old)
+	if fleetSection.MatchString(doc) {
+		doc = fleetSection.ReplaceAllLiteralString(doc, b.String())
+	} else {
+		doc = strings.TrimRight(doc, "\n") + "\n\n" + b.String()
+	}
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(filepath.Dir(path), "bench", "plots", "fleet.svg"), fleetPlot(cells), 0o644)
+}
+
+// fleetPlot draws utilisation against K, one line per broker and limits, and marks a cell with requests
+// over the limit in red.
+func fleetPlot(cells []fleetCell) []byte {
+	const w, h, left, top, right, bottom = 640, 360, 60, 20, 200, 40
+	pw, ph := float64(w-left-right), float64(h-top-bottom)
+	lo := 0.9
+	for _, c := range cells {
+		lo = min(lo, c.Utilisation)
+	}
+	ks := []int{}
+	for _, c := range cells {
+		if !slices.Contains(ks, c.K) {
+			ks = append(ks, c.K)
+		}
+	}
+	slices.Sort(ks)
+	x := func(k int) float64 { return left + pw*float64(slices.Index(ks, k))/float64(max(1, len(ks)-1)) }
+	y := func(u float64) float64 { return top + ph*(1.02-min(u, 1.02))/(1.02-lo) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	for _, u := range []float64{lo, (lo + 1) / 2, 1} {
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%.3f</text>`+"\n", left, y(u), left+pw, y(u), left-6, y(u)+4, u)
+	}
+	for _, k := range ks {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">K=%d</text>`+"\n", x(k), h-bottom+18, k)
+	}
+	colours := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf"}
+	series := []string{}
+	for _, c := range cells {
+		if s := c.Broker + ", " + c.Limits; !slices.Contains(series, s) {
+			series = append(series, s)
+		}
+	}
+	for i, s := range series {
+		col := colours[i%len(colours)]
+		var pts []string
+		for _, c := range cells {
+			if c.Broker+", "+c.Limits == s {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(c.K), y(c.Utilisation)))
+				dot := col
+				if c.Over > 0 {
+					dot = "red"
+				}
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x(c.K), y(c.Utilisation), dot)
+			}
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" points="%s"/>`+"\n", col, strings.Join(pts, " "))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", w-right+10, top+16*(i+1), col, s)
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d">utilisation (red: a cell with requests over the limit)</text>`+"\n", left, h-4)
+	b.WriteString("</svg>\n")
+	return []byte(b.String())
+}

@@ -41,6 +41,7 @@ func (f acquireFunc) acquire(ctx context.Context, id string) (int, error) { retu
 const naiveBackoff = 50 * time.Millisecond
 
 var contenders = []contender{
+	{"paygate worker", newWorkerCore},
 	{"paygate reserve", newPaygate(gate.SlidingLog, true)},
 	{"paygate allow+retry", newPaygate(gate.SlidingLog, false)},
 	{"paygate sliding_window", newPaygate(gate.SlidingWindow, true)},

@@ -286,6 +286,9 @@ func Load(path string) (*Config, error) {
 	for name, pr := range c.Providers {
 		c.Providers[name] = pr.WithDefaults()
 	}
+	if !v.InConfig("gate.margin_max") && os.Getenv(EnvPrefix+"_GATE_MARGIN_MAX") == "" {
+		c.Gate.MarginMax = max(c.Gate.MarginMax, c.Gate.Margin) // a margin raised alone takes the ceiling along
+	}
 	if err := c.Validate(); err != nil {
 		// A field that did not decode is zero; do not report it twice.
 		for _, problem := range err.(*ValidationError).Problems {

@@ -330,3 +330,17 @@ func TestAlgorithms(t *testing.T) {
 		t.Fatalf("buckets from the environment: %v %+v", err, c)
 	}
 }
+
+// gate.margin_max follows a margin raised alone (an older config with a margin above the default ceiling
+// stays valid); set, it must be at least the margin.
+func TestMarginCeiling(t *testing.T) {
+	const prov = "providers: {acme: {url: 'http://x:1', timeout: 1s, limits: [{requests: 10, per: 1s}]}}\n"
+	c, err := config.Load(writeFile(t, "gate: {margin: 200ms}\n"+prov))
+	if err != nil || c.Gate.MarginMax != 200*time.Millisecond {
+		t.Fatalf("margin 200ms alone: %+v %v, want the ceiling 200ms too", c, err)
+	}
+	if _, err := config.Load(writeFile(t, "gate: {margin: 200ms, margin_max: 150ms}\n"+prov)); err == nil ||
+		!strings.Contains(err.Error(), "gate.margin_max: must be gate.margin (200ms)..1s, got 150ms") {
+		t.Fatalf("a ceiling below the margin: %v", err)
+	}
+}

@@ -137,8 +137,9 @@ type Config struct {
 	BackoffMax      time.Duration
 	RedisRetry      time.Duration // deferral when the gate cannot answer
 	// LateLimit: a job that wakes more than this after its slot gives the slot back and reserves again
-	// (0: never). Half the gate's margin leaves the other half for the trip to the provider; it follows
-	// the margin in force (half of Verdict.Margin) when that is wider.
+	// (0: never). Half the gate's margin (its floor) leaves the other half for the trip to the provider.
+	// It does not follow the margin in force: slots other workers decide with a narrower margin, or after
+	// the margin narrowed, are spaced for holders no later than this.
 	LateLimit time.Duration
 	// ReportEvery is how often the worker reports its lateness to the gate (0: 1s).
 	ReportEvery time.Duration
@@ -270,7 +271,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var v gate.Verdict
 	gid := GateID(j.ID, s.attempt)
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
-	var limit time.Duration   // the lateness limit for the slot held
+	limit := w.cfg.LateLimit
 	for try := 1; ; try++ {
 		var err error
 		asked := time.Now()
@@ -310,7 +311,6 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			w.late[provider].add(time.Since(answered.Add(v.Delay)))
 		}
 		lost := w.lost(provider, v, asked)
-		limit = w.lateLimit(v)
 		if !lost && (limit <= 0 || s.late <= limit) {
 			break
 		}
@@ -343,7 +343,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			// the job goes back to the broker for a while (not an attempt), and the log says why.
 			w.lateLog.warn(w.log, "woke later than gate.margin/2 after repeated re-reservations: job deferred; raise gate.margin or give the worker more CPU",
 				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", limit))
-			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than half the margin in force (%s)", s.late.Round(time.Microsecond), try, limit))
+			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than half of gate.margin (%s)", s.late.Round(time.Microsecond), try, limit))
 			return
 		}
 	}
@@ -463,7 +463,7 @@ func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
 	}
 }
 
-// NotePause is told of every pause any worker sets (gate.Limiter.WatchPauses): until is its end on the
+// NotePause is told of every pause any worker sets (gate.Limiter.Watch): until is its end on the
 // Redis clock. A pause binds the gate's later decisions by itself; NotePause makes this process hold
 // the jobs whose slots were handed out before it and fall inside it: they are deferred, their units
 // released, rather than sent into the throttle.
@@ -475,18 +475,9 @@ func (w *Worker) NotePause(provider string, until time.Time) {
 	}
 }
 
-// lateLimit is how late a job may wake on v's slot and still go: half the margin v was decided with, or
-// Config.LateLimit when that is more (0: no limit).
-func (w *Worker) lateLimit(v gate.Verdict) time.Duration {
-	if w.cfg.LateLimit <= 0 {
-		return 0
-	}
-	return max(w.cfg.LateLimit, v.Margin/2)
-}
-
 // reportLateness tells the gate, every ReportEvery, each provider's p99 lateness over this worker's
-// wake-ups on reserved slots in the last 10s (when there were new ones, and enough), until ctx ends: the
-// margin in force follows the fleet's.
+// wake-ups on reserved slots in the last 10s (0 when it had none), until ctx ends: the margin in force
+// follows the fleet's, and this process learns it each time.
 func (w *Worker) reportLateness(ctx context.Context) {
 	every := w.cfg.ReportEvery
 	if every <= 0 {
@@ -501,11 +492,7 @@ func (w *Worker) reportLateness(ctx context.Context) {
 		case <-t.C:
 		}
 		for provider, l := range w.late {
-			p99, ok := l.p99(10 * time.Second)
-			if !ok {
-				continue
-			}
-			st, err := w.gate.ReportLateness(ctx, provider, w.id, p99)
+			st, err := w.gate.ReportLateness(ctx, provider, w.id, l.p99(10*time.Second))
 			if err != nil {
 				continue // Redis unreachable: the decisions say so; the next report tries again
 			}
@@ -712,12 +699,8 @@ type lateness struct {
 		late time.Duration
 		at   time.Time
 	}
-	n, next int       // samples in ring (up to its length), where the next goes
-	last    time.Time // the newest sample when p99 was last taken
+	n, next int // samples in ring (up to its length), where the next goes
 }
-
-// minLateSamples: fewer recent wake-ups than this say too little about the tail to move the fleet's margin.
-const minLateSamples = 20
 
 func newLateness(providers map[string]int64) map[string]*lateness {
 	m := make(map[string]*lateness, len(providers))
@@ -736,16 +719,9 @@ func (l *lateness) add(d time.Duration) {
 }
 
 // p99 is the 99th percentile of the samples of the last `within`, never their single largest (one
-// wake-up is an accident, not a fleet's tail): reported only when a sample came since the last call and
-// there are at least minLateSamples.
-func (l *lateness) p99(within time.Duration) (time.Duration, bool) {
+// wake-up is an accident, not a fleet's tail); 0 with fewer than two.
+func (l *lateness) p99(within time.Duration) time.Duration {
 	l.mu.Lock()
-	newest := l.ring[(l.next+len(l.ring)-1)%len(l.ring)].at
-	if l.n == 0 || !newest.After(l.last) {
-		l.mu.Unlock()
-		return 0, false
-	}
-	l.last = newest
 	var s []time.Duration
 	for _, x := range l.ring[:l.n] {
 		if time.Since(x.at) <= within {
@@ -753,11 +729,11 @@ func (l *lateness) p99(within time.Duration) (time.Duration, bool) {
 		}
 	}
 	l.mu.Unlock()
-	if len(s) < minLateSamples {
-		return 0, false
+	if len(s) < 2 {
+		return 0
 	}
 	slices.Sort(s)
-	return s[min((len(s)*99+99)/100, len(s)-1)-1], true
+	return s[min((len(s)*99+99)/100, len(s)-1)-1]
 }
 
 // workerID names this process to the gate: host, pid and a random part (a pid is reused after a restart).

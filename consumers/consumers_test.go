@@ -345,7 +345,7 @@ func TestLatenessGuardEdges(t *testing.T) {
 	// A fresh job, always late: after MaxLateTries re-reservations it is never sent late (that could
 	// exceed the limit): it is deferred, not as an attempt, every slot it held given back.
 	got = h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("fresh", "acme")) })
-	if got.Kind != "defer" || got.Attempt != 0 || got.Why == nil || !strings.Contains(got.Why.Error(), "half the margin in force") || h.calls["acme"].Load() != 0 {
+	if got.Kind != "defer" || got.Attempt != 0 || got.Why == nil || !strings.Contains(got.Why.Error(), "half of gate.margin") || h.calls["acme"].Load() != 0 {
 		t.Fatalf("always-late job: %+v, provider calls %d (want deferred, not an attempt, never sent)", got, h.calls["acme"].Load())
 	}
 	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 1 {

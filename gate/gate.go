@@ -208,9 +208,10 @@ type provider struct {
 // argv is ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace, tolerance,
 // then the policies.
 func (p provider) argv(m int64) []any {
-	dedup := min(p.dedup, p.longest+m)
+	// Kept, and trimmed, by the widest margin a decision may use, whatever this one's.
+	dedup := min(p.dedup, p.longest+p.ceiling)
 	if p.perUnit {
-		dedup = p.longest + m
+		dedup = p.longest + p.ceiling
 	}
 	pace, tolerance := p.paceAt(m)
 	return append([]any{m, dedup, p.buckets, p.warmup, pace, tolerance}, p.policyArgs...)
@@ -319,7 +320,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		if opts.WarmUpCap > 0 {
 			shortest = min(shortest, opts.WarmUpCap)
 		}
-		p.warmup = micros(shortest + margin + min(opts.Horizon, MaxHorizon))
+		p.warmup = micros(shortest + max(margin, opts.MarginMax) + min(opts.Horizon, MaxHorizon))
 	}
 	if _, _, err := paceOf(name, policies, margin, spec.Burst); err != nil {
 		return provider{}, err
@@ -330,8 +331,8 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		p.policyArgs = append(p.policyArgs, pol.Limit, micros(pol.Window))
 	}
 	p.floor, p.ceiling = micros(margin), micros(max(margin, opts.MarginMax))
-	if algo == SlidingWindow {
-		p.ceiling = p.floor
+	if algo == SlidingWindow || algo == FixedWindow {
+		p.ceiling = p.floor // buckets cut by the margin; windows checked against it
 	}
 	p.inForce = &atomic.Int64{}
 	p.inForce.Store(p.floor)
@@ -391,9 +392,12 @@ func paceOf(name string, policies []Policy, margin time.Duration, burst int64) (
 // many units may share one moment (Provider.Burst).
 func (l *Limiter) Pace(providerName string) (every time.Duration, burst int64, err error) {
 	p, err := l.provider(providerName)
-	pace, tolerance := p.paceAt(p.inForce.Load())
-	if err != nil || pace == 0 {
+	if err != nil {
 		return 0, 0, err
+	}
+	pace, tolerance := p.paceAt(p.inForce.Load())
+	if pace == 0 {
+		return 0, 0, nil
 	}
 	return time.Duration(pace) * time.Microsecond, tolerance/pace + 1, nil
 }
@@ -512,11 +516,7 @@ func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost i
 		forced = 1
 	}
 	m := p.inForce.Load()
-	stale := l.stale
-	if stale > 0 {
-		stale += (m - p.floor) / 2 // the holder's lateness limit (half the margin) widens with the margin
-	}
-	reply, err := l.runAt(ctx, p, m, "reserve", jobID, cost, wait, stale, forced).Int64Slice()
+	reply, err := l.runAt(ctx, p, m, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
@@ -664,8 +664,8 @@ type Watcher interface {
 }
 
 // watchPing is how long Watch waits in silence before it pings the connection; two silences in a row
-// without an answer count as a lost connection.
-const watchPing = time.Second
+// without an answer count as a lost connection: well within consumers.LossNotice.
+const watchPing = 200 * time.Millisecond
 
 // Watch tells w of every pause any worker sets (Pause) and every warm-up a decision begins, as they
 // happen, and of every loss of its own connection to Redis, until ctx ends. It reconnects by itself (a
@@ -704,9 +704,15 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 			continue
 		}
 		silent = 0
+		if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" {
+			// Subscribed, the first time or again after go-redis replaced the connection (which it may do
+			// without an error surfacing): whatever was announced before went unheard.
+			w.NoteDisconnect(time.Now())
+			continue
+		}
 		m, ok := msg.(*redis.Message)
 		if !ok {
-			continue // a subscription's confirmation, or a pong
+			continue // a pong
 		}
 		fields := strings.Fields(m.Payload)
 		if len(fields) < 2 {

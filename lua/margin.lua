@@ -18,7 +18,7 @@
 -- back when it wakes more than half the margin late, so the p99 wake-up then stays within half of that,
 -- and the other half of the margin is left for the trip to the provider. A target above the margin in
 -- force takes over at once; below it, the margin narrows a quarter of the way down at most once a second,
--- and only once hold has passed since it last widened. A throttle doubles the margin in force (at least by the floor), up to the ceiling:
+-- and only once hold has passed since it last widened. A throttle doubles the margin in force (at least by the floor, and by 5ms), up to the ceiling:
 -- the provider counted more in a window than the gate admitted, so the margin was too thin for this
 -- fleet's trip to it.
 --
@@ -48,7 +48,7 @@ if op == 'read' then return {int(cur), int(changed), why} end
 
 local to, reason = cur, why
 if op == 'throttled' then
-  to = math.min(ceiling, math.max(2 * cur, cur + floor))
+  to = math.min(ceiling, math.max(2 * cur, cur + math.max(floor, 5000)))
   reason = 'throttled: the provider counted more than the gate admitted'
 else
   redis.call('HSET', KEYS[2], reporter, int(late) .. ' ' .. int(now))

@@ -172,6 +172,12 @@ func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClien
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps}
 	if worker {
 		o.StaleAfter, o.WarmUp, o.WarmUpCap, o.Horizon = c.Gate.Margin/2, c.Gate.WarmUp, c.Gate.WarmUpMax, consumers.LossNotice
+		if c.Redis.Mode() == "cluster" {
+			// A node restarted empty need not break the watch's connection (it may be to another node), and
+			// its announcement crosses the cluster bus, which it may not have rejoined yet: the warm-up
+			// covers the reservations workers hold, as without the watch.
+			o.Horizon = c.Worker.MaxInlineWait
+		}
 	}
 	l, err := gate.New(rdb, o)
 	if err != nil {

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers/sim"
+)
+
+// paygate worker: the worker core's own path (consumers.Worker.Handle) for every job, as `worker run`
+// takes it: reserve, wait in-process, the lateness guard (a slot woken on more than half the margin late
+// is given back and asked again; three times late, the job goes back to the broker), then dispatch.
+// Each bench worker is one consumers.Worker with one handler. Its dispatcher does not send: it lets the
+// harness send, at the moment the core dispatches. A job the core defers (sent back to the broker in
+// production) is handled again after the deferral, as the broker would bring it back.
+type workerRun struct {
+	l       *gate.Limiter
+	counted *callCounter
+	ready   sync.Map // job id -> chan struct{}, closed when the core dispatches it
+}
+
+func newWorkerCore(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond,
+		StaleAfter: 10 * time.Millisecond, Providers: map[string]gate.Provider{"p": {Policies: policies(limits), Burst: 1}}})
+	return &workerRun{l: l, counted: &callCounter{Gate: l}}, err
+}
+
+func (r *workerRun) worker(int) acquirer {
+	w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: 5 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+		ShutdownTimeout: 5 * time.Second, LateLimit: 10 * time.Millisecond, Providers: map[string]int64{"p": 1}},
+		r.counted, map[string]consumers.Dispatcher{"p": dispatchFunc(r.dispatched)}, nil, nil)
+	if err != nil {
+		panic(err) // the configuration above is fixed and valid
+	}
+	return acquireFunc(func(ctx context.Context, id string) (int, error) {
+		ready := make(chan struct{})
+		r.ready.Store(id, ready)
+		defer r.ready.Delete(id)
+		body := fmt.Appendf(nil, `{"id":%q,"provider":"p","amount":100,"currency":"EUR"}`, id)
+		for {
+			d := &benchDelivery{body: body, first: time.Now()}
+			w.Handle(ctx, "p", d)
+			select {
+			case <-ready:
+				return r.counted.take(id), nil
+			default:
+			}
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			if d.deferred < 0 {
+				return 0, errors.New("bench: the worker core dead-lettered or requeued a valid job")
+			}
+			if !consumers.Sleep(ctx, d.deferred) { // the broker's delay tier
+				return 0, ctx.Err()
+			}
+		}
+	})
+}
+
+func (r *workerRun) dispatched(_ context.Context, j *job.Job) error {
+	if ch, ok := r.ready.Load(j.ID); ok {
+		close(ch.(chan struct{}))
+	}
+	return nil
+}
+
+func (r *workerRun) decide(ctx context.Context, id string) (bool, error) {
+	v, err := r.l.Reserve(ctx, "p", id, 1, 5*time.Second)
+	return v.Allowed, err
+}
+
+type dispatchFunc func(ctx context.Context, j *job.Job) error
+
+func (f dispatchFunc) Dispatch(ctx context.Context, j *job.Job) error { return f(ctx, j) }
+
+// callCounter counts the gate calls each job id made (Reserve and Release).
+type callCounter struct {
+	consumers.Gate
+	calls sync.Map // id -> *atomic.Int64
+}
+
+func (c *callCounter) count(id string) {
+	n, _ := c.calls.LoadOrStore(id, &atomic.Int64{})
+	n.(*atomic.Int64).Add(1)
+}
+
+func (c *callCounter) take(id string) int {
+	n, ok := c.calls.LoadAndDelete(id)
+	if !ok {
+		return 0
+	}
+	return int(n.(*atomic.Int64).Load())
+}
+
+func (c *callCounter) Reserve(ctx context.Context, provider, id string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+	c.count(id)
+	return c.Gate.Reserve(ctx, provider, id, cost, maxWait)
+}
+
+func (c *callCounter) Release(ctx context.Context, provider, id string, cost int64, slot time.Time) (int64, error) {
+	c.count(id)
+	return c.Gate.Release(ctx, provider, id, cost, slot)
+}
+
+// benchDelivery is one delivery to the core: acked, or deferred (for `deferred`), never lost.
+type benchDelivery struct {
+	body     []byte
+	first    time.Time
+	deferred time.Duration // -1: dead-lettered or requeued
+}
+
+func (d *benchDelivery) Body() []byte                  { return d.body }
+func (d *benchDelivery) Attempt() int                  { return 0 }
+func (d *benchDelivery) FirstSeen() time.Time          { return d.first }
+func (d *benchDelivery) Ack(context.Context) error     { return nil }
+func (d *benchDelivery) Requeue(context.Context) error { d.deferred = -1; return nil }
+func (d *benchDelivery) Defer(_ context.Context, after time.Duration, _ int, _ error) error {
+	d.deferred = after
+	return nil
+}
+func (d *benchDelivery) DeadLetter(context.Context, consumers.Reason, int, error) error {
+	d.deferred = -1
+	return nil
+}

@@ -50,7 +50,8 @@ bench-quick: services
 
 # The fleet (issue 15): K = 1, 2, 4, 8 separate worker processes with config.yaml's settings, on RabbitMQ and
 # Kafka, at 50/1s, 100/1s + 3000/1m and 400/1s, 60s a cell (about 30 minutes); rewrites BENCHMARKS.md's
-# section 6 and bench/plots/fleet.svg. CELL=10s K=1,2 for a quick look.
+# section 6 (from bench/fleet.json) and bench/plots/fleet.svg. CELL=10s K=1,2 for a quick look;
+# PAYGATE_BENCH_FLEET_ONLY='^kafka/400' measures some cells again.
 CELL ?= 60s
 K ?= 1,2,4,8
 bench-fleet: services

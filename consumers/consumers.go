@@ -467,11 +467,14 @@ func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
 // Redis clock. A pause binds the gate's later decisions by itself; NotePause makes this process hold
 // the jobs whose slots were handed out before it and fall inside it: they are deferred, their units
 // released, rather than sent into the throttle.
-func (w *Worker) NotePause(provider string, until time.Time) {
+func (w *Worker) NotePause(provider string, until time.Time) { w.raise(w.announced, provider, until) }
+
+// raise moves m[provider] forward to t, never back.
+func (w *Worker) raise(m map[string]time.Time, provider string, t time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if until.After(w.announced[provider]) {
-		w.announced[provider] = until
+	if t.After(m[provider]) {
+		m[provider] = t
 	}
 }
 
@@ -510,13 +513,7 @@ const LossNotice = 500 * time.Millisecond
 // NoteLoss is told when a gate decision found a provider's state lost and began the warm-up
 // (gate.Limiter.Watch): at is that decision's moment on the Redis clock. A job still holding a slot
 // decided before it gives the slot up and asks again.
-func (w *Worker) NoteLoss(provider string, at time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if at.After(w.lostAt[provider]) {
-		w.lostAt[provider] = at
-	}
-}
+func (w *Worker) NoteLoss(provider string, at time.Time) { w.raise(w.lostAt, provider, at) }
 
 // NoteDisconnect is told when the watch lost its connection to Redis (local clock): Redis may have
 // restarted, and a loss announced meanwhile went unheard. A job holding a slot it asked for before

@@ -698,7 +698,9 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 				ps = sub.Subscribe(ctx, l.pauses)
 			}
 			silent = 0
-			if !sleepCtx(ctx, 50*time.Millisecond) {
+			select { // a moment before reconnecting
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
 				return nil
 			}
 			continue
@@ -741,17 +743,6 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // Release gives back a job's admission: its units leave the log and are free for later decisions, and it

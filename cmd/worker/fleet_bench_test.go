@@ -22,8 +22,10 @@ import (
 // config.yaml's worker and gate settings, on RabbitMQ and on Kafka (cmd/kfake as a process), against a
 // strict provider-sim, a backlog, one cell per broker x limits x K. Skipped unless PAYGATE_BENCH_FLEET
 // holds the length of a cell (60s); PAYGATE_BENCH_FLEET_OUT names the Markdown file whose fleet section
-// it rewrites (BENCHMARKS.md), PAYGATE_BENCH_FLEET_K the process counts (1,2,4,8). Figures only: nothing is
-// asserted here; the make test case is TestFleetExampleSettings.
+// it rewrites (BENCHMARKS.md), from the cells kept in bench/fleet.json (a cell measured again replaces
+// its row); PAYGATE_BENCH_FLEET_K the process counts (1,2,4,8); PAYGATE_BENCH_FLEET_ONLY a regexp the
+// cells' names (kafka/400/1s/K=8) must match. Figures only: nothing is asserted here; the make test case
+// is TestFleetExampleSettings.
 
 type fleetCell struct {
 	Broker, Limits string
@@ -35,6 +37,7 @@ type fleetCell struct {
 	P99Late        time.Duration // the workers' wake-ups on reserved slots
 	Margin         time.Duration // the margin in force at the end
 	Deferred       int           // jobs sent round a delay tier or retry topic, for any reason
+	Measured       string        // when (UTC)
 }
 
 var fleetLimits = []struct {
@@ -66,12 +69,16 @@ func TestFleetBench(t *testing.T) {
 			ks = append(ks, k)
 		}
 	}
-	began := time.Now()
+	only := regexp.MustCompile(os.Getenv("PAYGATE_BENCH_FLEET_ONLY"))
 	var cells []fleetCell
 	for _, broker := range []string{"rabbitmq", "kafka"} {
 		for _, lim := range fleetLimits {
 			for _, k := range ks {
-				t.Run(fmt.Sprintf("%s/%s/K=%d", broker, lim.name, k), func(t *testing.T) {
+				name := fmt.Sprintf("%s/%s/K=%d", broker, lim.name, k)
+				if !only.MatchString(name) {
+					continue
+				}
+				t.Run(name, func(t *testing.T) {
 					c := runFleetCell(t, broker, lim.name, lim.windows, k, cell)
 					t.Logf("%+v", c)
 					cells = append(cells, c)
@@ -80,7 +87,7 @@ func TestFleetBench(t *testing.T) {
 		}
 	}
 	if out := os.Getenv("PAYGATE_BENCH_FLEET_OUT"); out != "" {
-		if err := writeFleetSection(out, cells, cell, time.Since(began)); err != nil {
+		if err := writeFleetSection(out, cells, cell); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,8 +96,9 @@ func TestFleetBench(t *testing.T) {
 func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int, run time.Duration) fleetCell {
 	p := simProvider{name: "acme", limits: windows}
 	var f *fleet
+	var brokers string
 	if broker == "kafka" {
-		f, _ = newKafkaFleet(t, p)
+		f, brokers = newKafkaFleet(t, p)
 		b, err := os.ReadFile(f.cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -106,18 +114,27 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	for range k {
 		f.startWorker()
 	}
+	jobs := int(float64(optimum(run, windows, f.margin)) * 1.1)
 	if broker == "kafka" {
 		f.waitFor("every worker in the group", time.Minute, func() bool { return f.joined() >= k })
+		// One batch: `worker enqueue` publishes one confirmed record at a time, about 350/s on kfake
+		// here, which would starve a 400/1s fleet of jobs rather than measure it.
+		var backlog [][]byte
+		for i := range jobs {
+			backlog = append(backlog, fmt.Appendf(nil, `{"id":"b-%d","provider":"acme","amount":100,"currency":"EUR"}`, i))
+		}
+		produceRaw(t, brokers, f.x+".acme", backlog...)
+	} else {
+		f.enqueue("acme", jobs, "b")
 	}
-	jobs := int(float64(optimum(run, windows, f.margin)) * 1.1)
-	f.enqueue("acme", jobs, "b")
 	s := f.sims["acme"]
 	f.waitFor("a first acceptance", time.Minute, func() bool { return s.Stats().FirstAccepted != nil })
 	first := *s.Stats().FirstAccepted
 	time.Sleep(time.Until(first.Add(run)))
 	f.stopAll()
 	st := s.Stats()
-	c := fleetCell{Broker: broker, Limits: name, K: k, Accepted: st.Accepted, Over: st.Violations, Utilisation: utilisation(st, windows, f.margin)}
+	c := fleetCell{Broker: broker, Limits: name, K: k, Accepted: st.Accepted, Over: st.Violations, Utilisation: utilisation(st, windows, f.margin),
+		Measured: time.Now().UTC().Format("2006-01-02 15:04")}
 
 	keys := f.gateKeys("acme")
 	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
@@ -155,12 +172,45 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 
 var fleetSection = regexp.MustCompile(`(?s)<!-- fleet:begin -->.*<!-- fleet:end -->\n?`)
 
-// writeFleetSection puts the cells into path between the fleet markers (appended when missing), and the
-// plot beside it in bench/plots/fleet.svg.
-func writeFleetSection(path string, cells []fleetCell, run, took time.Duration) error {
+// writeFleetSection merges the cells into bench/fleet.json beside path (a cell measured again replaces
+// the old one), and renders them all into path between the fleet markers (appended when missing), with
+// the plot in bench/plots/fleet.svg.
+func writeFleetSection(path string, fresh []fleetCell, run time.Duration) error {
+	store := filepath.Join(filepath.Dir(path), "bench", "fleet.json")
+	var cells []fleetCell
+	if b, err := os.ReadFile(store); err == nil {
+		if err := json.Unmarshal(b, &cells); err != nil {
+			return fmt.Errorf("%s: %w", store, err)
+		}
+	}
+	for _, c := range fresh {
+		i := slices.IndexFunc(cells, func(o fleetCell) bool { return o.Broker == c.Broker && o.Limits == c.Limits && o.K == c.K })
+		if i < 0 {
+			cells = append(cells, c)
+		} else {
+			cells[i] = c
+		}
+	}
+	order := func(c fleetCell) string {
+		lim := slices.IndexFunc(fleetLimits, func(l struct {
+			name    string
+			windows []sim.Window
+		}) bool {
+			return l.name == c.Limits
+		})
+		return fmt.Sprintf("%t %d %03d", c.Broker == "kafka", lim, c.K)
+	}
+	slices.SortFunc(cells, func(a, b fleetCell) int { return strings.Compare(order(a), order(b)) })
+	js, err := json.MarshalIndent(cells, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(store, append(js, '\n'), 0o644); err != nil {
+		return err
+	}
 	var b strings.Builder
 	b.WriteString("<!-- fleet:begin -->\n## 6. The fleet: separate worker processes\n\n")
-	fmt.Fprintf(&b, "Generated by `make bench-fleet` on %s, %s per cell, in %s. K separate `worker run` processes with the example `config.yaml`'s worker and gate settings (concurrency 16, prefetch 32, `max_inline_wait` 5s, margin 20ms, up to 100ms), on RabbitMQ and on Kafka (`cmd/kfake` as a process, 8 partitions), against `provider-sim` as the strict provider, from a cold start (no gate state in Redis), with a backlog of 1.1 × what the limits allow in the cell. *Over*: requests the provider refused for exceeding a limit. *Utilisation*: accepted over the most the gate could admit between the first and the last acceptance (the referee of `TestFleetExampleSettings`; the margin is the configured one). *Cold start*: the first acceptance after the first decision, which began the warm-up (shortest window + margin + 0.5 s). *p99 late*: the workers' wake-ups on reserved slots. *Margin*: in force at the end. *Deferred*: jobs sent round a delay tier for any reason.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), run, took.Round(time.Second))
+	fmt.Fprintf(&b, "Generated by `make bench-fleet` (the cells in `bench/fleet.json`, each with when it was measured; the latest %s), %s per cell. K separate `worker run` processes with the example `config.yaml`'s worker and gate settings (concurrency 16, prefetch 32, `max_inline_wait` 5s, margin 20ms, up to 100ms), on RabbitMQ and on Kafka (`cmd/kfake` as a process, 8 partitions), against `provider-sim` as the strict provider, from a cold start (no gate state in Redis), with a backlog of 1.1 × what the limits allow in the cell (on RabbitMQ by `worker enqueue` as the workers start; on Kafka produced in one batch once the group has formed, since `worker enqueue` publishes about 350 records/s to kfake here, too few for 400/1s). *Over*: requests the provider refused for exceeding a limit. *Utilisation*: accepted over the most the gate could admit between the first and the last acceptance (the referee of `TestFleetExampleSettings`; the margin is the configured one). *Cold start*: the first acceptance after the first decision, which began the warm-up (shortest window + margin + 0.5 s). *p99 late*: the workers' wake-ups on reserved slots. *Margin*: in force at the end. *Deferred*: jobs sent round a delay tier for any reason.\n\n", slices.MaxFunc(cells, func(a, b fleetCell) int { return strings.Compare(a.Measured, b.Measured) }).Measured+" UTC", run)
 	b.WriteString("| broker | limits | K | accepted | over | utilisation | cold start | p99 late | margin | deferred |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cells {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.3f | %s | %s | %s | %d |\n", c.Broker, c.Limits, c.K, c.Accepted, c.Over, c.Utilisation,

@@ -138,7 +138,7 @@ func TestMarginFollowsTheFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gate.SetMarginTiming(l, 300*time.Millisecond, 10*time.Second)
+		gate.SetMarginTiming(l, time.Second, 10*time.Second)
 		ms := time.Millisecond
 		check := func(what string, st gate.MarginState, err error, m time.Duration, why string) {
 			t.Helper()
@@ -168,7 +168,7 @@ func TestMarginFollowsTheFleet(t *testing.T) {
 		check("p99 50ms", st, err, 100*ms, "lateness")
 		st, err = l.ReportLateness(ctx, prov, "w1", ms) // the fleet recovered: but held
 		check("within the hold", st, err, 100*ms, "lateness")
-		time.Sleep(350 * time.Millisecond)
+		time.Sleep(1100 * time.Millisecond)
 		st, err = l.ReportLateness(ctx, prov, "w1", ms)
 		check("after the hold", st, err, 77500*time.Microsecond, "narrowing")
 		st, err = l.ReportLateness(ctx, prov, "w1", ms)

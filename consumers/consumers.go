@@ -271,7 +271,6 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var v gate.Verdict
 	gid := GateID(j.ID, s.attempt)
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
-	limit := w.cfg.LateLimit
 	for try := 1; ; try++ {
 		var err error
 		asked := time.Now()
@@ -311,7 +310,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			w.late[provider].add(time.Since(answered.Add(v.Delay)))
 		}
 		lost := w.lost(provider, v, asked)
-		if !lost && (limit <= 0 || s.late <= limit) {
+		if !lost && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {
 			break
 		}
 		if lost {
@@ -342,8 +341,8 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			// CPU, a slow Redis). Sending late could exceed the provider's limit, which is never done:
 			// the job goes back to the broker for a while (not an attempt), and the log says why.
 			w.lateLog.warn(w.log, "woke later than gate.margin/2 after repeated re-reservations: job deferred; raise gate.margin or give the worker more CPU",
-				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", limit))
-			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than half of gate.margin (%s)", s.late.Round(time.Microsecond), try, limit))
+				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", w.cfg.LateLimit))
+			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than half of gate.margin (%s)", s.late.Round(time.Microsecond), try, w.cfg.LateLimit))
 			return
 		}
 	}
@@ -445,7 +444,6 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 	}
 	w.metrics.decisions.WithLabelValues(provider, s.admission).Inc()
 	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
-	w.metrics.margin.WithLabelValues(provider).Set(v.Margin.Seconds())
 	s.waited += v.Delay
 	return true
 }

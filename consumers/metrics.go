@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, 1},
 		}, []string{"provider"}),
 		margin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "paygate_gate_margin_seconds", Help: "The gate's margin in force, as this worker last learned it (gate.margin, or wider while the fleet's lateness needs it).",
+			Name: "paygate_gate_margin_seconds", Help: "The gate's margin in force, as this worker last learned it (its lateness report each second, a throttle report).",
 		}, []string{"provider"}),
 	}
 	if reg != nil {

@@ -192,9 +192,7 @@ type provider struct {
 	policyArgs []any
 	warmup     int64 // µs; 0: off
 	minLimit   int64
-	dedup      int64 // µs: an admitted id is remembered this long after its slot (before the margin cap)
-	longest    int64 // µs
-	perUnit    bool  // SlidingLog: the log is the id record and holds the longest window plus margin
+	dedup      int64 // µs: an admitted id is remembered, and the log kept, this long after its slot
 	buckets    int
 	// burst is Provider.Burst (0: not paced); paced is the policy the pace follows
 	burst int64
@@ -205,24 +203,19 @@ type provider struct {
 	marginKeys     []string // <tag>margin, <tag>lateness
 }
 
-// argv is ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace, tolerance,
-// then the policies.
-func (p provider) argv(m int64) []any {
-	// Kept, and trimmed, by the widest margin a decision may use, whatever this one's.
-	dedup := min(p.dedup, p.longest+p.ceiling)
-	if p.perUnit {
-		dedup = p.longest + p.ceiling
-	}
+// appendArgv appends ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace,
+// tolerance, then the policies.
+func (p provider) appendArgv(argv []any, m int64) []any {
 	pace, tolerance := p.paceAt(m)
-	return append([]any{m, dedup, p.buckets, p.warmup, pace, tolerance}, p.policyArgs...)
+	return append(append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance), p.policyArgs...)
 }
 
 // paceAt is the pace and the burst tolerance in µs under margin m (0, 0: not paced).
 func (p provider) paceAt(m int64) (pace, tolerance int64) {
-	if p.burst == 0 || p.paced.Window > MaxPacedWindow {
+	if p.burst == 0 {
 		return 0, 0
 	}
-	pace = (micros(p.paced.Window) + m + p.paced.Limit - 1) / p.paced.Limit
+	pace = paceMicros(p.paced, m)
 	return pace, (p.burst - 1) * pace
 }
 
@@ -322,17 +315,22 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 		}
 		p.warmup = micros(shortest + max(margin, opts.MarginMax) + min(opts.Horizon, MaxHorizon))
 	}
-	if _, _, err := paceOf(name, policies, margin, spec.Burst); err != nil {
+	if err := checkBurst(name, policies, spec.Burst); err != nil {
 		return provider{}, err
 	}
-	p.burst, p.paced = spec.Burst, ShortestPolicy(policies)
-	p.dedup, p.longest, p.perUnit, p.buckets = micros(dedup), micros(longest), algo == SlidingLog, buckets
+	p.burst, p.paced, p.buckets = spec.Burst, ShortestPolicy(policies), buckets
 	for _, pol := range policies {
 		p.policyArgs = append(p.policyArgs, pol.Limit, micros(pol.Window))
 	}
 	p.floor, p.ceiling = micros(margin), micros(max(margin, opts.MarginMax))
 	if algo == SlidingWindow || algo == FixedWindow {
 		p.ceiling = p.floor // buckets cut by the margin; windows checked against it
+	}
+	// Kept, and trimmed, by the widest margin a decision may use, whatever this one's; SlidingLog's log is
+	// its id record, and must hold the longest window.
+	p.dedup = min(micros(dedup), micros(longest)+p.ceiling)
+	if algo == SlidingLog {
+		p.dedup = micros(longest) + p.ceiling
 	}
 	p.inForce = &atomic.Int64{}
 	p.inForce.Store(p.floor)
@@ -357,11 +355,15 @@ func PaceOf(policies []Policy, margin time.Duration) time.Duration {
 	if len(policies) == 0 {
 		return 0
 	}
-	shortest := ShortestPolicy(policies)
+	return time.Duration(paceMicros(ShortestPolicy(policies), micros(margin))) * time.Microsecond
+}
+
+// paceMicros is PaceOf in µs for the provider's shortest policy under margin m (µs).
+func paceMicros(shortest Policy, m int64) int64 {
 	if shortest.Window > MaxPacedWindow || shortest.Limit < 1 {
 		return 0
 	}
-	return time.Duration((micros(shortest.Window+margin)+shortest.Limit-1)/shortest.Limit) * time.Microsecond
+	return (micros(shortest.Window) + m + shortest.Limit - 1) / shortest.Limit
 }
 
 // ShortestPolicy is the policy a provider is paced by: the shortest window, the smallest limit among ties
@@ -376,16 +378,12 @@ func ShortestPolicy(policies []Policy) Policy {
 	return shortest
 }
 
-// paceOf returns a provider's pace and burst tolerance in µs for Provider.Burst (0: not paced).
-func paceOf(name string, policies []Policy, margin time.Duration, burst int64) (pace, tolerance int64, err error) {
-	if burst == 0 {
-		return 0, 0, nil
-	}
+// checkBurst refuses a Provider.Burst outside 0..the limit of the shortest window.
+func checkBurst(name string, policies []Policy, burst int64) error {
 	if shortest := ShortestPolicy(policies); burst < 0 || burst > shortest.Limit {
-		return 0, 0, fmt.Errorf("gate: provider %s: burst must be 0..%d (the limit of its shortest window, %s), got %d", name, shortest.Limit, shortest, burst)
+		return fmt.Errorf("gate: provider %s: burst must be 0..%d (the limit of its shortest window, %s), got %d", name, shortest.Limit, shortest, burst)
 	}
-	pace = micros(PaceOf(policies, margin))
-	return pace, (burst - 1) * pace, nil
+	return nil
 }
 
 // Pace returns how far apart a provider's slots are handed out, per unit of cost (0: not paced), and how
@@ -789,9 +787,8 @@ func (l *Limiter) run(ctx context.Context, p provider, op string, jobID string, 
 // runAt calls the provider's script under margin m (µs).
 func (l *Limiter) runAt(ctx context.Context, p provider, m int64, op string, jobID string, args ...any) *redis.Cmd {
 	argv := make([]any, 0, 2+len(args)+6+len(p.policyArgs))
-	argv = append(argv, op, jobID)
-	argv = append(argv, args...)
-	return p.script.Run(ctx, l.rdb, p.keys, append(argv, p.argv(m)...)...)
+	argv = append(append(argv, op, jobID), args...)
+	return p.script.Run(ctx, l.rdb, p.keys, p.appendArgv(argv, m)...)
 }
 
 // checkID refuses a job id the scripts would refuse: empty, longer than MaxIDLen, or with a NUL (the

@@ -168,6 +168,15 @@ const (
 	DefaultRetryAfterMax     = time.Hour
 )
 
+// Policies are the provider's limits as the gate takes them.
+func (pr Provider) Policies() []gate.Policy {
+	out := make([]gate.Policy, 0, len(pr.Limits))
+	for _, l := range pr.Limits {
+		out = append(out, gate.Policy{Limit: l.Requests, Window: l.Per})
+	}
+	return out
+}
+
 // WithDefaults returns the provider with the documented defaults in the keys it leaves out. Load applies
 // it; code that builds a Provider itself (tests, the demo) gets the same defaults by calling it.
 func (pr Provider) WithDefaults() Provider {
@@ -746,11 +755,7 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		seen[µs] = i
 	}
 	if valid := !slices.ContainsFunc(pr.Limits, func(l Limit) bool { return l.Requests < 1 || l.Per <= 0 }); valid && len(pr.Limits) > 0 {
-		var ps []gate.Policy
-		for _, l := range pr.Limits {
-			ps = append(ps, gate.Policy{Limit: l.Requests, Window: l.Per})
-		}
-		shortest := gate.ShortestPolicy(ps) // the limit the gate paces by
+		shortest := gate.ShortestPolicy(pr.Policies()) // the limit the gate paces by
 		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Limit, path+".burst",
 			"must be 1..%d (the requests of the shortest limit, %d per %s), got %d", shortest.Limit, shortest.Limit, shortest.Window, pr.Burst)
 	}

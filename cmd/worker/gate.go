@@ -75,7 +75,7 @@ func capacity(c *config.Config) (lines []string, warn []string) {
 			c.Broker.RabbitMQ.Prefetch, c.Worker.Concurrency, handlers))
 	}
 	for _, name := range c.ProviderNames() {
-		ps := policies(c.Providers[name])
+		ps := c.Providers[name].Policies()
 		pace := gate.PaceOf(ps, c.Gate.Margin)
 		if pace == 0 {
 			lines = append(lines, fmt.Sprintf("%s: quotas only (no window of a minute or less): %d handlers per process", name, handlers))
@@ -118,7 +118,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	for _, name := range c.ProviderNames() {
 		p := c.Providers[name]
 		var limits []string
-		for _, pol := range policies(p) {
+		for _, pol := range p.Policies() {
 			limits = append(limits, pol.String())
 		}
 		algo := p.Algorithm
@@ -126,7 +126,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 			algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
 		}
 		pace := "none (quotas only)"
-		if every := gate.PaceOf(policies(p), c.Gate.Margin); every > 0 {
+		if every := gate.PaceOf(p.Policies(), c.Gate.Margin); every > 0 {
 			pace = "every " + every.String()
 			if p.Burst > 1 {
 				pace += fmt.Sprintf(", burst %d", p.Burst)
@@ -148,14 +148,6 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func policies(p config.Provider) []gate.Policy {
-	out := make([]gate.Policy, 0, len(p.Limits))
-	for _, l := range p.Limits {
-		out = append(out, gate.Policy{Limit: l.Requests, Window: l.Per})
-	}
-	return out
-}
-
 // newGate connects to Redis as configured and builds the gate over every configured provider. A worker
 // passes true: StaleAfter is margin/2 and the warm-up is as configured; the operator tools ask plainly
 // (no staleness, no warm-up: a "gate try" on a lost state does not hold the provider).
@@ -167,7 +159,7 @@ func newGate(c *config.Config, worker bool) (*gate.Limiter, redis.UniversalClien
 	rdb := redis.NewUniversalClient(opts)
 	ps := make(map[string]gate.Provider, len(c.Providers))
 	for name, p := range c.Providers {
-		ps[name] = gate.Provider{Policies: policies(p), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst}
+		ps[name] = gate.Provider{Policies: p.Policies(), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst}
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps}
 	if worker {

@@ -664,11 +664,8 @@ func TestFleetExampleSettings(t *testing.T) {
 		t.Errorf("first acceptance %v after the first decision, want within the window + 1s", cold)
 	}
 	outcomes := map[string]int{}
-	for line := range strings.SplitSeq(f.logs(), "\n") {
-		var l struct{ Msg, Outcome string }
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "job settled" {
-			outcomes[l.Outcome]++
-		}
+	for _, l := range f.settled() {
+		outcomes[l.Outcome]++
 	}
 	t.Logf("outcomes %v", outcomes)
 	if outcomes["deferred"] != 0 {

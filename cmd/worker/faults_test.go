@@ -259,15 +259,29 @@ func TestFaultRedisRestartUnderReservations(t *testing.T) {
 	f.exactlyOnce("acme", 60)
 }
 
+// settledLine is a worker's one log line per settled job.
+type settledLine struct {
+	Msg, Provider, Outcome, Admission, Job string
+	Late                                   float64 // seconds after the slot
+}
+
+// settled reads every worker's "job settled" lines.
+func (f *fleet) settled() []settledLine {
+	var out []settledLine
+	for line := range strings.SplitSeq(f.logs(), "\n") {
+		var l settledLine
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "job settled" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // finalOutcomes counts, per provider, the distinct jobs the workers' log lines say ended: accepted, or
 // dead-lettered.
 func (f *fleet) finalOutcomes() map[string]int {
 	ended := map[string]map[string]bool{}
-	for line := range strings.SplitSeq(f.logs(), "\n") {
-		var l struct{ Msg, Provider, Outcome, Job string }
-		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "job settled" {
-			continue
-		}
+	for _, l := range f.settled() {
 		switch l.Outcome {
 		case "succeeded", "exhausted", "permanent", "invalid":
 			if ended[l.Provider] == nil {

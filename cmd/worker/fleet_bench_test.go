@@ -154,14 +154,7 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 		c.Margin = time.Duration(m) * time.Microsecond
 	}
 	var late []float64
-	for line := range strings.SplitSeq(f.logs(), "\n") {
-		var l struct {
-			Msg, Outcome, Admission string
-			Late                    float64
-		}
-		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "job settled" {
-			continue
-		}
+	for _, l := range f.settled() {
 		switch {
 		case l.Outcome == "succeeded" && l.Admission == "reserved":
 			late = append(late, l.Late)

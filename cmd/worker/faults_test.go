@@ -331,7 +331,10 @@ func TestFaultBroker(t *testing.T) {
 // A worker killed with SIGKILL while requests are in flight (the provider takes 300ms to answer), and
 // replaced: its unacknowledged jobs are redelivered, and the provider charges each key once.
 func TestFaultKillMidDispatch(t *testing.T) {
-	f := faultFleet(t, nil, simProvider{name: "acme", limits: []sim.Window{{Limit: 25, Per: time.Second}}, args: []string{"--latency", "300ms"}}, 250)
+	// A second per request: about 12 of the victim's requests are at the provider at any moment, so the
+	// kill lands mid-dispatch even if the victim paused dispatching for a while (with 300ms, 1 run in 5
+	// saw no replay: nothing of the victim's was in flight when it died).
+	f := faultFleet(t, nil, simProvider{name: "acme", limits: []sim.Window{{Limit: 25, Per: time.Second}}, args: []string{"--latency", "1s"}}, 250)
 	victim := f.startWorker()
 	f.startWorker()
 	f.waitAccepted("acme", 60, time.Minute)

@@ -18,7 +18,7 @@ N ?= 3
 test-repeat:
 	scripts/test-repeat.sh $(N)
 
-# The fault suite (README, Reliability): Redis flushed, paused, down and restarted; broker connections cut
+# The fault suite (docs/reliability.md): Redis flushed, paused, down and restarted; broker connections cut
 # and the broker restarted; a worker killed -9 mid-dispatch; provider 500s, hangs, 429 storms and an
 # outage; a slow provider against the consumer timeout. Each ends with the ledger. About 4 minutes. It
 # restarts the RabbitMQ application and changes its consumer_timeout for a while: run it alone.
@@ -58,7 +58,7 @@ bench-fleet: services
 	PAYGATE_BENCH_FLEET=$(CELL) PAYGATE_BENCH_FLEET_K=$(K) PAYGATE_BENCH_FLEET_OUT=$(CURDIR)/BENCHMARKS.md \
 		$(GO) test -count=1 -timeout 3h -run '^TestFleetBench$$' -v ./cmd/worker
 
-# The gate's decision cost beside a plain GET on the same client (see README, Benchmarks).
+# The gate's decision cost beside a plain GET on the same client (see docs/testing.md, Benchmarks).
 bench-gate: services
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./gate/
 

@@ -211,7 +211,7 @@ type Limit struct {
 	Per      time.Duration `mapstructure:"per"`
 }
 
-// defaults are documented in README.md and config.yaml; every key has one (or is listed with an empty
+// defaults are documented in docs/configuration.md and config.yaml; every key has one (or is listed with an empty
 // value), which is also what lets PAYGATE_<PATH> override a key the file leaves out.
 var defaults = map[string]any{
 	"log.level":                        "info",

@@ -145,7 +145,7 @@ type Options struct {
 	// what it received. The gate notices (a per-provider epoch key is missing) and pauses the provider
 	// for its shortest window plus Margin plus Horizon, so that nothing admitted after the loss shares
 	// one of those windows with a request sent, or a reservation handed out, before it. Windows longer
-	// than that are not covered (see README, Reliability). The first decision a fresh gate makes for a
+	// than that are not covered (see docs/gate.md, "What it does not cover"). The first decision a fresh gate makes for a
 	// provider looks the same, so it warms up too.
 	WarmUp bool
 	// WarmUpCap bounds the window part of the warm-up: a provider whose shortest window is longer (a

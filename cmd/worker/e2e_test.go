@@ -496,7 +496,7 @@ func TestFleetLedger(t *testing.T) {
 	beta := []sim.Window{{Limit: 15, Per: time.Second}, {Limit: 50, Per: 4 * time.Second}}  // 12.5/s
 	f := newFleet(t, simProvider{name: "alpha", limits: alpha}, simProvider{name: "beta", limits: beta})
 	// Seven busy processes share this machine's two cores: dispatch-to-receipt jitter reaches tens of ms,
-	// so the margin is set above it, as README's "The jitter margin" asks of an operator.
+	// so the margin is set above it, as docs/gate.md's "The jitter margin and what it costs" asks of an operator.
 	f.margin = 30 * time.Millisecond
 	const run = 12 * time.Second
 	// The malformed messages go in ahead of alpha's backlog: a queue is first in, first out, and behind a

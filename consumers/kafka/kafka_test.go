@@ -98,7 +98,7 @@ func readDead(t *testing.T, bs []string, topic string, want int) []conformance.D
 	return out
 }
 
-// The names are a public contract (README, "Kafka topics").
+// The names are a public contract (docs/brokers.md, "Kafka topics").
 func TestTopicsOf(t *testing.T) {
 	got := kafka.TopicsOf("payments", []string{"acme"}, []time.Duration{time.Second, time.Hour})
 	if fmt.Sprint(got) != fmt.Sprint(kafka.Topics{Providers: []string{"payments.acme"},

@@ -254,7 +254,7 @@ func TestQueueDeletedUnderConsumer(t *testing.T) {
 	}
 }
 
-// The names are a public contract (README, "RabbitMQ topology").
+// The names are a public contract (docs/brokers.md, "RabbitMQ topology").
 func TestTopologyOf(t *testing.T) {
 	got := rabbitmq.TopologyOf("payments", []string{"acme", "globex"}, []time.Duration{time.Second, 2 * time.Minute})
 	want := rabbitmq.Topology{Exchange: "payments", Queues: []string{"payments.acme", "payments.globex"},

@@ -1,0 +1,65 @@
+// Package sim is a strict payment-provider stand-in: the referee that the demo, the tests and the
+// benchmarks hold paygate to. It never imports the gate. The binary serves it as worker provider-sim.
+//
+// It enforces every window exactly, with its own clock, over the requests it accepted: a request that
+// would take any window over its limit gets 429 with Retry-After and counts as a violation (it is not
+// accepted). It deduplicates by the idempotency header: a key seen before gets the stored response and
+// counts as a duplicate, never as a second charge. Injected faults (500s, hung requests) are counted
+// apart. GET /stats reports it all as JSON; GET /keys lists the keys accepted; POST /faults changes the
+// injected faults while it runs (a 429 storm, an outage, a latency, error rates).
+//
+// # worker provider-sim
+//
+//	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
+//	                    [--idempotency-header H] [--seed N]
+//
+// Its flags and what the simulator does with each request:
+//
+//   - SPEC is comma-separated N/duration windows: 100/1s,3000/1m. Every window is enforced exactly, with
+//     the simulator's own clock, over the requests it accepted: a request that would take any window over
+//     its limit gets 429 with Retry-After (whole seconds, rounded up) and counts as a violation; it is not
+//     accepted.
+//   - Requests are deduplicated by the idempotency header: a key seen before gets the stored response and
+//     counts as a duplicate, never as a second charge. A request without the header is a 400.
+//   - --error-rate answers that share of requests 500; --timeout-rate makes that share hang until the
+//     client gives up. Neither is accepted or charged; both count in errors_injected (hangs also in
+//     timeouts_injected). --seed makes them reproducible.
+//
+// For example:
+//
+//	$ worker provider-sim --listen 127.0.0.1:8081 --limits 3/2s &
+//	$ for k in a b c d e a; do curl -s -o /dev/null -w "%{http_code} " -X POST -H "Idempotency-Key: $k" localhost:8081/pay; done
+//	200 200 200 429 429 200
+//
+// # GET /stats
+//
+//	{"requests":6,"accepted":3,"duplicates":1,"violations":2,"errors_injected":0,"timeouts_injected":0,
+//	 "bad_requests":0,"throttled_injected":0,"down_refused":0,"early_after_429":0,
+//	 "first_accepted":"2026-11-22T08:07:10.532597564Z","last_accepted":"…",
+//	 "windows":[{"limit":3,"per":"2s","max_in_window":3}]}
+//
+// max_in_window is the largest number of accepted requests seen in any interval of that window's length.
+//
+// early_after_429 counts payment requests that arrived while a Retry-After the simulator gave (for a
+// violation or in a storm) was still running, more than 250ms after the first 429 of that quiet period
+// (requests already on the wire): a fleet that pauses together keeps it at 0.
+//
+// # GET /keys
+//
+// GET /keys lists the idempotency keys accepted (charged), each once: the tests' ledger reads it.
+//
+// # POST /faults
+//
+// POST /faults replaces the injected faults while it runs (the fault suite uses it); unknown keys are a
+// 400:
+//
+//	{"error_rate":0.2,"timeout_rate":0,"latency":"2s","throttle_for":"6s","retry_after":"2s","down_for":"60s"}
+//
+// throttle_for is a 429 storm: every payment request is answered 429 with Retry-After: retry_after and
+// is not charged (throttled_injected). down_for is an outage: every payment request has its connection
+// closed without an answer (down_refused). Both last from the moment they are set; {} ends every fault.
+//
+// # In process
+//
+// Start("127.0.0.1:0", Options{...}) returns a [Server] with URL() and Stats().
+package sim

@@ -18,11 +18,9 @@ import (
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers"
-	"github.com/paygate/paygate/consumers/kafka"
-	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/gate"
-	"github.com/paygate/paygate/providers"
 	"github.com/paygate/paygate/providers/sim"
+	"github.com/paygate/paygate/wire"
 )
 
 // e2eResult is the worker's throughput through a broker to an unlimited provider.
@@ -32,13 +30,6 @@ type e2eResult struct {
 	gate    bool
 	jobs    int
 	perSec  float64
-}
-
-type e2eBroker interface {
-	consumers.Broker
-	Publish(ctx context.Context, provider string, body []byte) error
-	Ready() error
-	Close() error
 }
 
 // openGate is no gate at all: every job goes at once (the "gate off" side of the ratio).
@@ -86,33 +77,51 @@ func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int) ([]e2eResu
 	return out, nil
 }
 
+// e2eConfig is the configuration of one run's workers: config's defaults but for the broker's names, a
+// provider p with a budget no client here can fill, unpaced (burst = its limit: the gate's cost per
+// decision is measured, not a pace), and no warm-up (a fresh prefix would otherwise hold p for its first
+// seconds: the run measures the steady state).
+func e2eConfig(kind, name, redisAddr, url string, brokers []string) *config.Config {
+	c := &config.Config{
+		Redis: config.Redis{Addrs: []string{redisAddr}, KeyPrefix: name},
+		Gate:  config.Gate{Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond},
+		Broker: config.Broker{Kind: "rabbitmq", RabbitMQ: config.RabbitMQ{URLEnv: "PAYGATE_AMQP_URL", Exchange: name, Prefetch: 64},
+			Kafka: config.Kafka{Brokers: brokers, Group: name, TopicPrefix: name, Partitions: 6, ReplicationFactor: 1}},
+		Worker: config.Worker{Concurrency: 16, MaxInlineWait: 5 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+			ShutdownTimeout: 5 * time.Second, DelayTiers: e2eTiers},
+		Providers: map[string]config.Provider{"p": config.Provider{URL: url, Timeout: 5 * time.Second,
+			Limits: []config.Limit{{Requests: gate.MaxSlidingLogLimit, Per: time.Second}}, Burst: gate.MaxSlidingLogLimit}.WithDefaults()},
+	}
+	if kind != "rabbitmq" {
+		c.Broker.Kind = "kafka"
+	}
+	return c
+}
+
 func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, gated bool, jobs int) (e2eResult, error) {
 	res := e2eResult{broker: kind, workers: workers, gate: gated, jobs: jobs}
 	name := fmt.Sprintf("bench-e2e-%d", time.Now().UnixNano())
-	open := func() (e2eBroker, error) {
-		return rabbitmq.Open(ctx, rabbitmq.Options{URL: amqpURL, Exchange: name, Prefetch: 64, Providers: []string{"p"}, DelayTiers: e2eTiers})
-	}
-	cleanup := func() { deleteRabbit(amqpURL, name) }
-	if kind != "rabbitmq" {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			return res, err
-		}
-		brokers := c.ListenAddrs()
-		open = func() (e2eBroker, error) {
-			return kafka.Open(ctx, kafka.Options{Brokers: brokers, Group: name, TopicPrefix: name, Partitions: 6, ReplicationFactor: 1,
-				Providers: []string{"p"}, DelayTiers: e2eTiers})
-		}
-		cleanup = c.Close
-	}
-	defer cleanup()
 	ref, err := sim.Start("127.0.0.1:0", sim.Options{Limits: []sim.Window{{Limit: 1 << 30, Per: time.Second}}})
 	if err != nil {
 		return res, err
 	}
 	defer ref.Close()
+	var brokers []string
+	if kind != "rabbitmq" {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return res, err
+		}
+		defer c.Close()
+		brokers = c.ListenAddrs()
+	}
+	cfg := e2eConfig(kind, name, redisAddr, ref.URL()+"/pay", brokers)
+	o := wire.Options{Secret: func(string) string { return amqpURL }}
+	if kind == "rabbitmq" {
+		defer func() { _ = wire.DeleteBroker(context.WithoutCancel(ctx), cfg, o) }()
+	}
 
-	producer, err := open()
+	producer, err := wire.OpenBroker(ctx, cfg, o)
 	if err != nil {
 		return res, err
 	}
@@ -148,35 +157,21 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 	}()
 	var readies []func() error
 	for range workers {
-		b, err := open()
+		parts, err := wire.Build(ctx, cfg, o)
 		if err != nil {
 			return res, err
 		}
-		closers = append(closers, func() { b.Close() })
-		readies = append(readies, b.Ready)
+		closers = append(closers, parts.Close)
+		readies = append(readies, parts.Broker.Ready)
 		var g consumers.Gate = openGate{}
 		if gated {
-			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-			closers = append(closers, func() { rdb.Close() })
-			l, err := gate.New(rdb, gate.Options{Prefix: name, Margin: 10 * time.Millisecond, StaleAfter: 5 * time.Millisecond,
-				Providers: map[string]gate.Provider{"p": {Policies: []gate.Policy{{Limit: gate.MaxSlidingLogLimit, Window: time.Second}}}}})
-			if err != nil {
-				return res, err
-			}
-			g = l
+			g = parts.Gate
 		}
-		cl, err := providers.New("p", config.Provider{URL: ref.URL() + "/pay", Timeout: 5 * time.Second}.WithDefaults(), providers.Options{Concurrency: 16})
+		w, err := parts.Worker(g, nil, nil)
 		if err != nil {
 			return res, err
 		}
-		closers = append(closers, cl.Close)
-		w, err := consumers.New(consumers.Config{Concurrency: 16, MaxInlineWait: 5 * time.Second, MaxAttempts: 8,
-			MaxDeferralAge: time.Hour, ShutdownTimeout: 5 * time.Second, LateLimit: 5 * time.Millisecond,
-			Providers: map[string]int64{"p": 1}}, g, map[string]consumers.Dispatcher{"p": cl}, nil, nil)
-		if err != nil {
-			return res, err
-		}
-		wg.Go(func() { _ = w.Run(wctx, b) })
+		wg.Go(func() { _ = w.Run(wctx, parts.Broker) })
 	}
 	// Throughput counts from the first acceptance, so joining the group is not in it.
 	readyBy := time.Now().Add(time.Minute)
@@ -199,10 +194,6 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 	// From the first acceptance to the last: joining a consumer group is not throughput.
 	res.perSec = float64(st.Accepted-1) / st.LastAccepted.Sub(*st.FirstAccepted).Seconds() // publishing overlaps
 	return res, nil
-}
-
-func deleteRabbit(url, x string) {
-	_ = rabbitmq.DeleteTopology(url, rabbitmq.TopologyOf(x, []string{"p"}, e2eTiers))
 }
 
 // footprint runs a real worker process at a provider's full budget (100/1s and 3000/1m, RabbitMQ) and
@@ -252,8 +243,12 @@ providers:
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		return res, err
 	}
+	c, err := config.Load(cfg)
+	if err != nil {
+		return res, err
+	}
 	defer func() {
-		_ = rabbitmq.DeleteTopology(amqpURL, rabbitmq.TopologyOf(x, []string{"acme"}, []time.Duration{time.Second, 5 * time.Second}))
+		_ = wire.DeleteBroker(context.WithoutCancel(ctx), c, wire.Options{Secret: func(string) string { return amqpURL }})
 	}()
 	env := append(os.Environ(), "PAYGATE_AMQP_URL="+amqpURL)
 	enq := exec.CommandContext(ctx, bin, "enqueue", "--config", cfg, "--provider", "acme", "--count", strconv.Itoa(int(runFor.Seconds())*150))

@@ -10,9 +10,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers"
-	"github.com/paygate/paygate/consumers/kafka"
-	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/wire"
 )
 
 // census is what a broker holds once the workers have stopped: jobs still queued (provider queues and
@@ -39,18 +39,18 @@ func jobID(body []byte) string {
 
 // kafkaCensus reads every provider and retry topic from the group's committed offsets to the end (what the
 // group has not finished), and the dead-letter topic from the start; then it deletes the demo's topics.
-func kafkaCensus(ctx context.Context, brokers []string, prefix string, providers []string) (c *census, err error) {
+func kafkaCensus(ctx context.Context, cfg *config.Config) (c *census, err error) {
 	c = newCensus()
+	brokers, group := cfg.Broker.Kafka.Brokers, cfg.Broker.Kafka.Group
 	tr := &kafkago.Transport{}
 	defer tr.CloseIdleConnections()
 	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
-	names := kafka.TopicsOf(prefix, providers, delayTiers)
-	pending := append(slices.Clone(names.Providers), names.Retries...)
+	names := wire.BrokerNames(cfg)
 	dead := names.Dead
-	topics := append(slices.Clone(pending), dead)
+	topics := append(append(slices.Clone(names.Providers), names.Delays...), dead)
 	defer func() {
-		if _, derr := cl.DeleteTopics(context.WithoutCancel(ctx), &kafkago.DeleteTopicsRequest{Topics: topics}); derr != nil && err == nil {
-			err = fmt.Errorf("kafka: deleting the demo's topics: %w", derr)
+		if derr := wire.DeleteBroker(context.WithoutCancel(ctx), cfg, wire.Options{}); derr != nil && err == nil {
+			err = fmt.Errorf("demo: deleting the demo's topics: %w", derr)
 		}
 	}()
 	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
@@ -71,7 +71,7 @@ func kafkaCensus(ctx context.Context, brokers []string, prefix string, providers
 	if len(fetch) != len(topics) {
 		return nil, fmt.Errorf("kafka: metadata names %d of the demo's %d topics", len(fetch), len(topics))
 	}
-	committed, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: prefix, Topics: fetch})
+	committed, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: fetch})
 	if err == nil && committed.Error != nil {
 		err = committed.Error
 	}
@@ -152,7 +152,7 @@ func readPartition(ctx context.Context, brokers []string, topic string, partitio
 // topology. Delay queues go first (a message expiring meanwhile moves to its provider queue, read next);
 // and since a message being dead-lettered from a delay queue is briefly in neither, passes repeat until
 // two in a row find nothing and every queue reports empty.
-func rabbitCensus(ctx context.Context, url, exchange string, providers []string) (c *census, err error) {
+func rabbitCensus(ctx context.Context, url string, cfg *config.Config, secret func(string) string) (c *census, err error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
@@ -162,13 +162,13 @@ func rabbitCensus(ctx context.Context, url, exchange string, providers []string)
 	if err != nil {
 		return nil, err
 	}
-	topo := rabbitmq.TopologyOf(exchange, providers, delayTiers)
+	topo := wire.BrokerNames(cfg)
 	defer func() {
-		if derr := rabbitmq.DeleteTopology(url, topo); derr != nil && err == nil {
-			err = fmt.Errorf("rabbitmq: deleting the demo's topology: %w", derr)
+		if derr := wire.DeleteBroker(context.WithoutCancel(ctx), cfg, wire.Options{Secret: secret}); derr != nil && err == nil {
+			err = fmt.Errorf("demo: deleting the demo's topology: %w", derr)
 		}
 	}()
-	all := append(append(slices.Clone(topo.Delays), topo.Queues...), topo.Dead)
+	all := append(append(slices.Clone(topo.Delays), topo.Providers...), topo.Dead)
 	c = newCensus()
 	take := func(q string) (int, error) {
 		n := 0

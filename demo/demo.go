@@ -20,18 +20,15 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/zap"
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers"
-	"github.com/paygate/paygate/consumers/kafka"
-	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/job"
-	"github.com/paygate/paygate/providers"
 	"github.com/paygate/paygate/providers/sim"
+	"github.com/paygate/paygate/wire"
 )
 
 // Options tune a demo run.
@@ -73,7 +70,8 @@ var Providers = []Provider{
 // The demo's settings, chosen like a production config for these limits.
 const (
 	margin      = 25 * time.Millisecond
-	concurrency = 8 // per provider per worker: enough in flight for 40/s at ~20ms a request
+	marginMax   = 100 * time.Millisecond // config's default: the margin follows the workers' lateness up to it
+	concurrency = 8                      // per provider per worker: enough in flight for 40/s at ~20ms a request
 	latency     = 15 * time.Millisecond
 	jitter      = 10 * time.Millisecond
 	partitions  = 6
@@ -148,30 +146,31 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 // env is everything a run uses.
 type env struct {
 	id       string
-	redisOf  func() redis.UniversalClient // a new client per worker
+	cfg      *config.Config // the workers' configuration, as a config file would give it
+	secret   func(string) string
 	redisStr string
-	prefix   string
 	closers  []func()
 
 	brokerKind string
-	openBroker func(ctx context.Context) (demoBroker, error)
 	census     func(ctx context.Context) (*census, error)
 
 	refs map[string]*referee
 }
 
-// demoBroker is what the demo needs of a broker adapter.
-type demoBroker interface {
-	consumers.Broker
-	Publish(ctx context.Context, provider string, body []byte) error
-	Close() error
-}
+// demoAMQPURL is the variable broker.rabbitmq.url_env names in the demo's configuration; its value is the
+// --rabbitmq URL, passed to wire without touching the process's environment.
+const demoAMQPURL = "PAYGATE_DEMO_AMQP_URL"
 
 func start(o Options) (*env, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	e := &env{id: "paygate-demo-" + hex.EncodeToString(b[:]), refs: map[string]*referee{}}
-	e.prefix = e.id
+	e.secret = func(name string) string {
+		if name == demoAMQPURL {
+			return o.RabbitMQ
+		}
+		return ""
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -190,17 +189,18 @@ func start(o Options) (*env, error) {
 		addr = m.Addr()
 		e.redisStr = "embedded (miniredis)"
 	}
-	e.redisOf = func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }
-
-	names := providerNames()
+	e.cfg = &config.Config{
+		Redis: config.Redis{Addrs: []string{addr}, KeyPrefix: e.id},
+		Gate:  config.Gate{Margin: margin, MarginMax: marginMax, WarmUp: true, WarmUpMax: time.Minute},
+		Worker: config.Worker{Concurrency: concurrency, MaxInlineWait: maxInlineWait, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+			ShutdownTimeout: 10 * time.Second, DelayTiers: delayTiers},
+		Providers: map[string]config.Provider{},
+	}
 	switch {
 	case o.RabbitMQ != "":
 		e.brokerKind = "rabbitmq"
-		e.openBroker = func(ctx context.Context) (demoBroker, error) {
-			return rabbitmq.Open(ctx, rabbitmq.Options{URL: o.RabbitMQ, Exchange: e.id, Prefetch: concurrency * 2,
-				Providers: names, DelayTiers: delayTiers, Log: o.Log.Named("rabbitmq")})
-		}
-		e.census = func(ctx context.Context) (*census, error) { return rabbitCensus(ctx, o.RabbitMQ, e.id, names) }
+		e.cfg.Broker = config.Broker{Kind: "rabbitmq", RabbitMQ: config.RabbitMQ{URLEnv: demoAMQPURL, Exchange: e.id, Prefetch: concurrency * 2}}
+		e.census = func(ctx context.Context) (*census, error) { return rabbitCensus(ctx, o.RabbitMQ, e.cfg, e.secret) }
 	default:
 		brokers := o.Kafka
 		e.brokerKind = "kafka"
@@ -213,11 +213,9 @@ func start(o Options) (*env, error) {
 			brokers = c.ListenAddrs()
 			e.brokerKind = "kafka, embedded (kfake)"
 		}
-		e.openBroker = func(ctx context.Context) (demoBroker, error) {
-			return kafka.Open(ctx, kafka.Options{Brokers: brokers, Group: e.id, TopicPrefix: e.id, Partitions: partitions,
-				ReplicationFactor: 1, Providers: names, DelayTiers: delayTiers, Log: o.Log.Named("kafka")})
-		}
-		e.census = func(ctx context.Context) (*census, error) { return kafkaCensus(ctx, brokers, e.id, names) }
+		e.cfg.Broker = config.Broker{Kind: "kafka", Kafka: config.Kafka{Brokers: brokers, Group: e.id, TopicPrefix: e.id,
+			Partitions: partitions, ReplicationFactor: 1}}
+		e.census = func(ctx context.Context) (*census, error) { return kafkaCensus(ctx, e.cfg) }
 	}
 
 	for _, p := range Providers {
@@ -230,6 +228,11 @@ func start(o Options) (*env, error) {
 		r.srv = srv
 		e.closers = append(e.closers, func() { _ = srv.Close() })
 		e.refs[p.Name] = r
+		cfg := config.Provider{URL: srv.URL() + "/payments", Timeout: 5 * time.Second}
+		for _, l := range p.Limits {
+			cfg.Limits = append(cfg.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
+		}
+		e.cfg.Providers[p.Name] = cfg.WithDefaults() // paced, as a worker run with this provider's defaults is
 	}
 	ok = true
 	return e, nil
@@ -241,85 +244,31 @@ func (e *env) close() {
 	}
 }
 
-func providerNames() []string {
-	names := make([]string, 0, len(Providers))
-	for _, p := range Providers {
-		names = append(names, p.Name)
-	}
-	return names
-}
-
-// worker is one worker "process": its own Redis client, gate, provider clients and broker connection.
+// worker is one worker "process": its own Redis client, gate, provider clients and broker connection,
+// built by wire from the demo's configuration as `worker run` builds them from a file.
 type worker struct {
-	rdb     redis.UniversalClient
-	broker  demoBroker
-	clients []*providers.Client
-	gate    *gate.Limiter
-	w       *consumers.Worker
+	*wire.Parts
+	w *consumers.Worker
 }
 
 func (e *env) newWorker(ctx context.Context, o Options, n int, st *gateStats) (*worker, error) {
-	wk := &worker{rdb: e.redisOf()}
-	policies := map[string]gate.Provider{}
-	maxCost := map[string]int64{}
-	dispatch := map[string]consumers.Dispatcher{}
 	log := o.Log.With(zap.Int("worker", n))
-	for _, p := range Providers {
-		cfg := config.Provider{URL: e.refs[p.Name].srv.URL() + "/payments", Timeout: 5 * time.Second}.WithDefaults()
-		for _, l := range p.Limits {
-			pr := policies[p.Name]
-			pr.Policies = append(pr.Policies, gate.Policy{Limit: int64(l.Limit), Window: l.Per})
-			policies[p.Name] = pr
-			cfg.Limits = append(cfg.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
-		}
-		pr := policies[p.Name]
-		pr.Burst = cfg.Burst // paced, as a worker run with this provider's defaults is
-		policies[p.Name] = pr
-		maxCost[p.Name] = policies[p.Name].Policies[0].Limit
-		cl, err := providers.New(p.Name, cfg, providers.Options{Concurrency: concurrency, Logger: log})
-		if err != nil {
-			wk.close()
-			return nil, err
-		}
-		wk.clients = append(wk.clients, cl)
-		dispatch[p.Name] = cl
-	}
-	l, err := gate.New(wk.rdb, gate.Options{Prefix: e.prefix, Margin: margin, StaleAfter: margin / 2, Providers: policies})
+	parts, err := wire.Build(ctx, e.cfg, wire.Options{Log: log, Secret: e.secret})
 	if err != nil {
-		wk.close()
-		return nil, err
-	}
-	wk.gate = l
-	if wk.broker, err = e.openBroker(ctx); err != nil {
-		wk.close()
 		return nil, fmt.Errorf("demo: worker %d: %w", n, err)
 	}
-	wk.w, err = consumers.New(consumers.Config{
-		Concurrency: concurrency, MaxInlineWait: maxInlineWait, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-		ShutdownTimeout: 10 * time.Second, BackoffBase: delayTiers[0], BackoffMax: delayTiers[len(delayTiers)-1],
-		RedisRetry: delayTiers[0], LateLimit: margin / 2, Providers: maxCost,
-	}, countingGate{l, st}, dispatch, log, nil)
+	w, err := parts.Worker(countingGate{parts.Gate, st}, log, nil)
 	if err != nil {
-		wk.close()
+		parts.Close()
 		return nil, err
 	}
-	return wk, nil
-}
-
-func (wk *worker) close() {
-	if wk.broker != nil {
-		_ = wk.broker.Close()
-	}
-	for _, c := range wk.clients {
-		c.Close()
-	}
-	_ = wk.rdb.Close()
+	return &worker{Parts: parts, w: w}, nil
 }
 
 func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 	began := time.Now()
 	st := newGateStats()
-	producer, err := e.openBroker(ctx)
+	producer, err := wire.OpenBroker(ctx, e.cfg, wire.Options{Log: o.Log, Secret: e.secret})
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
@@ -336,14 +285,14 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 			stopWork()
 			wg.Wait()
 			for _, w := range workers {
-				w.close()
+				w.Close()
 			}
 			return nil, err
 		}
 		workers = append(workers, wk)
-		wg.Go(func() { _ = wk.gate.Watch(work, wk.rdb, wk.w) }) // as worker run does
+		wg.Go(func() { _ = wk.Watch(work, wk.w) }) // as worker run does
 		wg.Go(func() {
-			if err := wk.w.Run(work, wk.broker); err != nil {
+			if err := wk.w.Run(work, wk.Broker); err != nil {
 				runErrs <- fmt.Errorf("demo: worker %d: %w", n+1, err)
 				stopWork() // one worker down is a failed demo: stop, report, exit non-zero
 			}
@@ -367,7 +316,7 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 			stopWork()
 			wg.Wait()
 			for _, w := range workers {
-				w.close()
+				w.Close()
 			}
 			return nil, fmt.Errorf("demo: enqueue: %w", err)
 		}
@@ -405,7 +354,7 @@ loop:
 	prog.draw(time.Since(began))
 	prog.done()
 	for _, w := range workers {
-		w.close()
+		w.Close()
 	}
 	_ = producer.Close()
 
@@ -527,9 +476,14 @@ func (r *referee) count() int {
 	return len(r.at)
 }
 
+// publisher is what the producer needs of a broker.
+type publisher interface {
+	Publish(ctx context.Context, provider string, body []byte) error
+}
+
 // producer publishes synthetic jobs, every badEvery-th of them invalid.
 type producer struct {
-	b    demoBroker
+	b    publisher
 	refs map[string]*referee
 	run  string
 
@@ -540,7 +494,7 @@ type producer struct {
 	n        int
 }
 
-func newProducer(b demoBroker, refs map[string]*referee) *producer {
+func newProducer(b publisher, refs map[string]*referee) *producer {
 	var r [3]byte
 	_, _ = rand.Read(r[:])
 	return &producer{b: b, refs: refs, run: hex.EncodeToString(r[:]), enqueued: map[string]string{},

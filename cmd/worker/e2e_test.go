@@ -28,6 +28,7 @@ import (
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/providers/sim"
+	"github.com/paygate/paygate/wire"
 )
 
 // End to end: real worker processes, real RabbitMQ, real Redis, in-process provider simulators as the
@@ -161,11 +162,15 @@ func (f *fleet) gateKeys(provider string) []string {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	l, rdb, err := newGate(c, true)
+	rdb, err := wire.Redis(c)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	defer rdb.Close()
+	l, err := wire.Gate(c, rdb, wire.Worker)
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	keys, err := l.Keys(provider)
 	if err != nil {
 		f.t.Fatal(err)

@@ -21,6 +21,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/paygate/paygate/wire"
 )
 
 const usage = `usage: worker <command> [flags]
@@ -60,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintln(stderr, "worker:", err)
 		var ue usageError
-		var ce configError
+		var ce wire.ConfigError
 		if errors.As(err, &ue) || errors.As(err, &ce) {
 			return 2
 		}

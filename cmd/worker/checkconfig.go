@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// checkConfig is "worker check-config": validate a configuration file and print what it configures.
+func checkConfig(args []string, stdout, stderr io.Writer) error {
+	fs, path := newFlags("check-config", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	c, err := loadConfig(*path, stderr)
+	if err != nil {
+		return err
+	}
+	if err := checkHold(c); err != nil {
+		return configError(err)
+	}
+	fmt.Fprintf(stdout, "%s: valid\n", *path)
+	fmt.Fprintf(stdout, "redis:  %s, key prefix %q\n", c.Redis, c.Redis.KeyPrefix)
+	switch c.Broker.Kind {
+	case "rabbitmq":
+		fmt.Fprintf(stdout, "broker: rabbitmq, exchange %q, url from $%s\n", c.Broker.RabbitMQ.Exchange, c.Broker.RabbitMQ.URLEnv)
+	case "kafka":
+		fmt.Fprintf(stdout, "broker: kafka %s, group %q, topic prefix %q\n", strings.Join(c.Broker.Kafka.Brokers, ","), c.Broker.Kafka.Group, c.Broker.Kafka.TopicPrefix)
+	}
+	if c.Gate.MarginMax > c.Gate.Margin {
+		fmt.Fprintf(stdout, "gate:   margin %s, following the fleet's lateness up to %s\n", c.Gate.Margin, c.Gate.MarginMax)
+	} else {
+		fmt.Fprintf(stdout, "gate:   margin %s\n", c.Gate.Margin)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tALGORITHM\tPACE\tTIMEOUT\tURL")
+	for _, name := range c.ProviderNames() {
+		p := c.Providers[name]
+		var limits []string
+		for _, pol := range p.Policies() {
+			limits = append(limits, pol.String())
+		}
+		algo := p.Algorithm
+		if p.Buckets != 0 {
+			algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
+		}
+		pace := "none (quotas only)"
+		if every := gate.PaceOf(p.Policies(), c.Gate.Margin); every > 0 {
+			pace = "every " + every.String()
+			if p.Burst > 1 {
+				pace += fmt.Sprintf(", burst %d", p.Burst)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, pace, p.Timeout, p.URL)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	lines, warn := capacity(c)
+	fmt.Fprintln(stdout, "capacity:")
+	for _, l := range lines {
+		fmt.Fprintln(stdout, "  "+l)
+	}
+	for _, w := range warn {
+		fmt.Fprintln(stdout, "warning: "+w)
+	}
+	return nil
+}

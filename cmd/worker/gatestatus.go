@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/paygate/paygate/gate"
+)
+
+type statusPolicy struct {
+	Policy       int    `json:"policy"`
+	Limit        string `json:"limit"`
+	Used         int64  `json:"used"`
+	Reserved     int64  `json:"reserved"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+}
+
+type statusReport struct {
+	Provider    string         `json:"provider"`
+	Algorithm   string         `json:"algorithm"`
+	Now         string         `json:"now"`
+	PausedUntil string         `json:"paused_until,omitempty"`
+	Units       int64          `json:"units"`
+	Policies    []statusPolicy `json:"policies"`
+	// The margin in force (gate.margin .. gate.margin_max), and why it is what it is.
+	MarginMs      float64 `json:"margin_ms"`
+	MarginFloorMs float64 `json:"margin_floor_ms"`
+	MarginMaxMs   float64 `json:"margin_max_ms"`
+	MarginWhy     string  `json:"margin_why"`
+}
+
+// gateStatus is "worker gate status": each of a provider's policies, and the margin in force.
+func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, path := newFlags("gate status", stderr)
+	provider := fs.String("provider", "", "provider name (required)")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	l, closeGate, err := openGate("gate status", *path, *provider, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeGate()
+	m, err := l.ReadMargin(ctx, *provider) // first: the status then counts under the margin in force
+	if err != nil {
+		return err
+	}
+	st, err := l.Status(ctx, *provider)
+	if err != nil {
+		return err
+	}
+	algo, err := l.Algorithm(*provider)
+	if err != nil {
+		return err
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	rep := statusReport{Provider: st.Provider, Algorithm: string(algo), Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units,
+		MarginMs: ms(m.Margin), MarginFloorMs: ms(m.Floor), MarginMaxMs: ms(m.Ceiling), MarginWhy: m.Why}
+	if !st.PausedUntil.IsZero() {
+		rep.PausedUntil = st.PausedUntil.UTC().Format(time.RFC3339Nano)
+	}
+	for i, p := range st.Policies {
+		rep.Policies = append(rep.Policies, statusPolicy{
+			Policy: i, Limit: p.Policy.String(), Used: p.Used, Reserved: p.Reserved,
+			Remaining: p.Remaining, ResetAfterMs: ceilMs(p.ResetAfter),
+		})
+	}
+	if *asJSON {
+		return writeJSON(stdout, rep)
+	}
+	paused := "no"
+	if rep.PausedUntil != "" {
+		paused = fmt.Sprintf("until %s (%s from now)", rep.PausedUntil, st.PausedUntil.Sub(st.Now).Round(time.Millisecond))
+	}
+	record := "in the log"
+	if algo != gate.SlidingLog {
+		record = "in the id record"
+	}
+	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d units %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
+	fmt.Fprintf(stdout, "margin in force %s (gate.margin %s, gate.margin_max %s): %s\n", m.Margin, m.Floor, m.Ceiling, m.Why)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tLIMIT\tUSED\tRESERVED\tREMAINING\tRESET IN")
+	for _, p := range rep.Policies {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%dms\n", p.Policy, p.Limit, p.Used, p.Reserved, p.Remaining, p.ResetAfterMs)
+	}
+	return tw.Flush()
+}

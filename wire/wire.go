@@ -1,0 +1,288 @@
+// Package wire builds paygate's parts from a config.Config: the Redis client and the gate over it, a
+// dispatcher per provider, the broker adapter the configuration names, and the worker core's settings.
+// `worker run`, the demo and the benchmarks all build a worker through it, so that what they measure is
+// what runs; each derived setting (the backoff from the delay tiers, the lateness limit from the margin,
+// the largest job cost from the limits) is derived here and nowhere else.
+package wire
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/kafka"
+	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/providers"
+)
+
+// ConfigError marks an error in the configuration (as opposed to a server that does not answer): the
+// commands exit with status 2 on it.
+type ConfigError struct{ Err error }
+
+func (e ConfigError) Error() string { return e.Err.Error() }
+func (e ConfigError) Unwrap() error { return e.Err }
+
+// Broker is what paygate needs of a broker adapter: the core's consumption, publishing (enqueue, the
+// demo's producer), readiness (/readyz) and Close.
+type Broker interface {
+	consumers.Broker
+	Publish(ctx context.Context, provider string, body []byte) error
+	Ready() error
+	Close() error
+}
+
+// Options carry what a configuration file does not.
+type Options struct {
+	// Log receives the parts' logs (nil: discarded).
+	Log *zap.Logger
+	// Secret returns the value of the environment variable broker.rabbitmq.url_env names (nil:
+	// config.Secret, which also reads <NAME>_FILE). The demo passes the URL it was given this way.
+	Secret func(envVar string) string
+}
+
+func (o Options) log() *zap.Logger {
+	if o.Log == nil {
+		return zap.NewNop()
+	}
+	return o.Log
+}
+
+func (o Options) secret(name string) string {
+	if o.Secret != nil {
+		return o.Secret(name)
+	}
+	return config.Secret(name)
+}
+
+// Role says what a gate is built for.
+type Role int
+
+const (
+	// Tool is an operator's command (gate try, gate status): it asks plainly, without the staleness
+	// guard or the warm-up (a "gate try" on a lost state does not hold the provider).
+	Tool Role = iota
+	// Worker is a worker process: stale slots are given back, and a lost state is warmed up.
+	Worker
+)
+
+// Redis returns a client for the configured Redis (single node, Cluster or Sentinel).
+func Redis(c *config.Config) (redis.UniversalClient, error) {
+	opts, err := c.Redis.Options()
+	if err != nil {
+		return nil, ConfigError{err}
+	}
+	return redis.NewUniversalClient(opts), nil
+}
+
+// Gate builds the gate over every configured provider, on rdb.
+func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter, error) {
+	ps := make(map[string]gate.Provider, len(c.Providers))
+	for name, p := range c.Providers {
+		ps[name] = gate.Provider{Policies: p.Policies(), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst}
+	}
+	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps}
+	if role == Worker {
+		o.StaleAfter, o.WarmUp, o.WarmUpCap, o.Horizon = Core(c).LateLimit, c.Gate.WarmUp, c.Gate.WarmUpMax, consumers.LossNotice
+		if c.Redis.Mode() == "cluster" {
+			// A node restarted empty need not break the watch's connection (it may be to another node), and
+			// its announcement crosses the cluster bus, which it may not have rejoined yet: the warm-up
+			// covers the reservations workers hold, as without the watch.
+			o.Horizon = c.Worker.MaxInlineWait
+		}
+	}
+	return gate.New(rdb, o)
+}
+
+// Core returns the worker core's settings. Everything derived is derived here:
+//   - a transient retry backs off from the first delay tier up to the last, and a gate that cannot answer
+//     sends the job back for the first tier;
+//   - a job that wakes more than half the margin (its floor) after its slot gives the slot back: the
+//     other half is the trip to the provider;
+//   - the largest cost a job may have is the provider's smallest limit.
+func Core(c *config.Config) consumers.Config {
+	tiers := c.Worker.DelayTiers
+	return consumers.Config{
+		Concurrency:     c.Worker.Concurrency,
+		MaxInlineWait:   c.Worker.MaxInlineWait,
+		MaxAttempts:     c.Worker.MaxAttempts,
+		MaxDeferralAge:  c.Worker.MaxDeferralAge,
+		ShutdownTimeout: c.Worker.ShutdownTimeout,
+		BackoffBase:     tiers[0],
+		BackoffMax:      tiers[len(tiers)-1],
+		RedisRetry:      tiers[0],
+		LateLimit:       c.Gate.Margin / 2,
+		Providers:       MaxCosts(c),
+	}
+}
+
+// MaxCosts maps each provider to the largest cost a job may have there: its smallest limit.
+func MaxCosts(c *config.Config) map[string]int64 {
+	out := make(map[string]int64, len(c.Providers))
+	for name, p := range c.Providers {
+		m := p.Limits[0].Requests
+		for _, l := range p.Limits {
+			m = min(m, l.Requests)
+		}
+		out[name] = m
+	}
+	return out
+}
+
+// Dispatchers returns an HTTP client per configured provider, each with worker.concurrency connections.
+func Dispatchers(c *config.Config, o Options) (map[string]consumers.Dispatcher, func(), error) {
+	out := map[string]consumers.Dispatcher{}
+	var clients []*providers.Client
+	closeAll := func() {
+		for _, cl := range clients {
+			cl.Close()
+		}
+	}
+	for _, name := range c.ProviderNames() {
+		cl, err := providers.New(name, c.Providers[name], providers.Options{Concurrency: c.Worker.Concurrency,
+			Logger: o.log().Named("dispatch")})
+		if err != nil {
+			closeAll()
+			return nil, nil, ConfigError{err}
+		}
+		clients = append(clients, cl)
+		out[name] = cl
+	}
+	return out, closeAll, nil
+}
+
+// OpenBroker connects the broker the configuration names and declares what the providers need.
+func OpenBroker(ctx context.Context, c *config.Config, o Options) (Broker, error) {
+	log := o.log()
+	switch c.Broker.Kind {
+	case "rabbitmq":
+		r := c.Broker.RabbitMQ
+		url := o.secret(r.URLEnv)
+		if url == "" {
+			return nil, ConfigError{fmt.Errorf("broker.rabbitmq.url_env: environment variable %s is not set (amqp://user:pass@host:5672/vhost, or amqps://…:5671/… for TLS)", r.URLEnv)}
+		}
+		tlsc, err := r.TLSConfig()
+		if err != nil {
+			return nil, ConfigError{err}
+		}
+		if tlsc != nil && !strings.HasPrefix(strings.ToLower(url), "amqps://") {
+			return nil, ConfigError{fmt.Errorf("broker.rabbitmq.tls_ca_file: is set, but $%s is not an amqps:// URL", r.URLEnv)}
+		}
+		return rabbitmq.Open(ctx, rabbitmq.Options{URL: url, TLS: tlsc, Exchange: r.Exchange, Prefetch: r.Prefetch,
+			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Log: log.Named("rabbitmq")})
+	case "kafka":
+		k := c.Broker.Kafka
+		return kafka.Open(ctx, kafka.Options{Brokers: k.Brokers, Group: k.Group, TopicPrefix: k.TopicPrefix,
+			Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, Providers: c.ProviderNames(),
+			DelayTiers: c.Worker.DelayTiers, Log: log.Named("kafka")})
+	default:
+		return nil, ConfigError{fmt.Errorf("broker.kind: %s is not supported", c.Broker.Kind)}
+	}
+}
+
+// Parts are one worker's: its own Redis client, gate, provider clients and broker connection, and the
+// core's settings. New(Parts.Core, ...) is the worker; callers that count gate calls wrap Parts.Gate.
+type Parts struct {
+	Redis       redis.UniversalClient
+	Gate        *gate.Limiter
+	Dispatchers map[string]consumers.Dispatcher
+	Broker      Broker
+	Core        consumers.Config
+	closers     []func()
+}
+
+// Build connects everything a worker process needs, in the order `worker run` logs problems: the
+// gate (Redis need not answer yet: jobs are deferred until it does), the providers, then the broker.
+func Build(ctx context.Context, c *config.Config, o Options) (p *Parts, err error) {
+	p = &Parts{Core: Core(c)}
+	defer func() {
+		if err != nil {
+			p.Close()
+			p = nil
+		}
+	}()
+	if p.Redis, err = Redis(c); err != nil {
+		return p, err
+	}
+	rdb := p.Redis
+	p.closers = append(p.closers, func() { _ = rdb.Close() })
+	if p.Gate, err = Gate(c, rdb, Worker); err != nil {
+		return p, err
+	}
+	d, closeD, err := Dispatchers(c, o)
+	if err != nil {
+		return p, err
+	}
+	p.Dispatchers = d
+	p.closers = append(p.closers, closeD)
+	if p.Broker, err = OpenBroker(ctx, c, o); err != nil {
+		return p, err
+	}
+	b := p.Broker
+	p.closers = append(p.closers, func() { _ = b.Close() })
+	return p, nil
+}
+
+// Worker returns the worker core over the parts; g is the gate it asks (nil: Parts.Gate).
+func (p *Parts) Worker(g consumers.Gate, log *zap.Logger, metrics *consumers.Metrics) (*consumers.Worker, error) {
+	if g == nil {
+		g = p.Gate
+	}
+	return consumers.New(p.Core, g, p.Dispatchers, log, metrics)
+}
+
+// Watch follows the gate's announcements for w (pauses, a lost state, its own connection) until ctx
+// ends, as every worker does: see gate.Limiter.Watch.
+func (p *Parts) Watch(ctx context.Context, w gate.Watcher) error {
+	return p.Gate.Watch(ctx, p.Redis, w)
+}
+
+// Close closes the broker connection, the provider clients and the Redis client, in that order.
+func (p *Parts) Close() {
+	for _, c := range slices.Backward(p.closers) {
+		c()
+	}
+	p.closers = nil
+}
+
+// Names are the broker objects a configuration uses: a queue (RabbitMQ) or topic (Kafka) per provider,
+// one per delay tier, and the dead letters. Tools that read a broker as an operator would (the demo's
+// census, a dashboard) take the names from here.
+type Names struct {
+	Providers []string // in c.ProviderNames() order
+	Delays    []string // in delay_tiers order
+	Dead      string
+}
+
+// BrokerNames names the broker objects of c.
+func BrokerNames(c *config.Config) Names {
+	switch c.Broker.Kind {
+	case "kafka":
+		t := kafka.TopicsOf(c.Broker.Kafka.TopicPrefix, c.ProviderNames(), c.Worker.DelayTiers)
+		return Names{Providers: t.Providers, Delays: t.Retries, Dead: t.Dead}
+	default:
+		t := rabbitmq.TopologyOf(c.Broker.RabbitMQ.Exchange, c.ProviderNames(), c.Worker.DelayTiers)
+		return Names{Providers: t.Queues, Delays: t.Delays, Dead: t.Dead}
+	}
+}
+
+// DeleteBroker removes the broker objects of c with the messages in them (RabbitMQ: its exchanges too):
+// for demos, benchmarks and tests that declared their own. What is already gone is not an error.
+func DeleteBroker(ctx context.Context, c *config.Config, o Options) error {
+	switch c.Broker.Kind {
+	case "kafka":
+		return kafka.DeleteTopics(ctx, c.Broker.Kafka.Brokers, kafka.TopicsOf(c.Broker.Kafka.TopicPrefix, c.ProviderNames(), c.Worker.DelayTiers))
+	default:
+		url := o.secret(c.Broker.RabbitMQ.URLEnv)
+		if url == "" {
+			return ConfigError{fmt.Errorf("broker.rabbitmq.url_env: environment variable %s is not set", c.Broker.RabbitMQ.URLEnv)}
+		}
+		return rabbitmq.DeleteTopology(url, rabbitmq.TopologyOf(c.Broker.RabbitMQ.Exchange, c.ProviderNames(), c.Worker.DelayTiers))
+	}
+}

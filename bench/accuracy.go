@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/internal/stats"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -169,7 +170,7 @@ func accuracyOne(ctx context.Context, rdb redis.UniversalClient, c accuracyCase,
 	m := sim.Measure(l.ref.accepted(), c.limits)
 	slices.Sort(l.waits)
 	res := accuracyResult{contender: ct.name, accepted: st.Accepted, violations: st.Violations,
-		requests: st.Requests, utilisation: m.Utilization, p99Wait: percentile(l.waits, 99)}
+		requests: st.Requests, utilisation: m.Utilization, p99Wait: stats.Percentile(l.waits, 99)}
 	if n := l.sent.Load(); n > 0 {
 		res.callsPerJob = float64(l.calls.Load()) / float64(n)
 	}
@@ -216,12 +217,4 @@ func jobSource(ctx context.Context, wg *sync.WaitGroup, c accuracyCase) func() (
 			return time.Time{}, false
 		}
 	}
-}
-
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p + 99) / 100
-	return sorted[max(i, 1)-1]
 }

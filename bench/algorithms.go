@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/stats"
 )
 
 // memoryResult is one algorithm at one budget, the limit spent at once: what its keys hold in Redis.
@@ -110,7 +111,7 @@ func memoryOne(ctx context.Context, rdb redis.UniversalClient, algo gate.Algorit
 	}
 	slices.Sort(allow)
 	slices.Sort(deny)
-	r.allowP50, r.denyP50 = percentile(allow, 50), percentile(deny, 50)
+	r.allowP50, r.denyP50 = stats.Percentile(allow, 50), stats.Percentile(deny, 50)
 	for i, k := range keys {
 		m, err := rdb.MemoryUsage(ctx, k, 0).Result()
 		if err != nil && err != redis.Nil {

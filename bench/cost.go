@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/internal/stats"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -85,8 +86,8 @@ func measureCost(ctx context.Context, rdb redis.UniversalClient, name string, de
 	}
 	slices.Sort(lat)
 	slices.Sort(getLat)
-	r.p50, r.p99 = percentile(lat, 50), percentile(lat, 99)
-	base.p50, base.p99 = percentile(getLat, 50), percentile(getLat, 99)
+	r.p50, r.p99 = stats.Percentile(lat, 50), stats.Percentile(lat, 99)
+	base.p50, base.p99 = stats.Percentile(getLat, 50), stats.Percentile(getLat, 99)
 	r.ratio = float64(r.p50) / float64(base.p50)
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {

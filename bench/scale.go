@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/stats"
 )
 
 // scaleResult is the gate at one budget: a provider's log full to its limit.
@@ -100,7 +101,7 @@ func scaleOne(ctx context.Context, rdb redis.UniversalClient, limit int64, w tim
 	}
 	slices.Sort(allow)
 	slices.Sort(deny)
-	r.allowP50, r.denyP50 = percentile(allow, 50), percentile(deny, 50)
+	r.allowP50, r.denyP50 = stats.Percentile(allow, 50), stats.Percentile(deny, 50)
 	keys, err := l.Keys("p")
 	if err != nil {
 		return r, err

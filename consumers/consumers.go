@@ -395,7 +395,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			s.deadLetter(ctx, ReasonExhausted, "exhausted", err)
 			return
 		}
-		s.deferFor(ctx, providers.Backoff(s.attempt, w.cfg.BackoffBase, w.cfg.BackoffMax), "transient", err)
+		s.deferFor(ctx, Backoff(s.attempt, w.cfg.BackoffBase, w.cfg.BackoffMax), "transient", err)
 	}
 }
 

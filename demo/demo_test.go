@@ -10,19 +10,6 @@ import (
 	"github.com/paygate/paygate/consumers"
 )
 
-func TestPercentile(t *testing.T) {
-	var v []time.Duration
-	for i := 1; i <= 100; i++ {
-		v = append(v, time.Duration(i)*time.Millisecond)
-	}
-	if p50, p99 := percentile(v, 50), percentile(v, 99); p50 != 50*time.Millisecond || p99 != 99*time.Millisecond {
-		t.Fatalf("p50 %s p99 %s", p50, p99)
-	}
-	if percentile(nil, 99) != 0 || percentile(v[:1], 50) != time.Millisecond {
-		t.Fatal("edge cases")
-	}
-}
-
 // recorder is a broker that only records what is published.
 type recorder struct{ consumers.Broker }
 

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/paygate/paygate/internal/stats"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -53,9 +54,9 @@ func (e *env) summarize(p *producer, c *census, st *gateStats) *Summary {
 	defer st.mu.Unlock()
 	for _, pr := range Providers {
 		ref := e.refs[pr.Name]
-		stats := ref.srv.Stats()
-		ps := ProviderSummary{Name: pr.Name, Dispatched: stats.Accepted, Violations: stats.Violations,
-			Duplicates: stats.Duplicates, Requests: stats.Requests, ErrorsInjected: stats.ErrorsInjected,
+		seen := ref.srv.Stats()
+		ps := ProviderSummary{Name: pr.Name, Dispatched: seen.Accepted, Violations: seen.Violations,
+			Duplicates: seen.Duplicates, Requests: seen.Requests, ErrorsInjected: seen.ErrorsInjected,
 			DeadReasons: dead[pr.Name]}
 		for _, w := range pr.Limits {
 			ps.Limits = append(ps.Limits, w.String())
@@ -71,19 +72,10 @@ func (e *env) summarize(p *producer, c *census, st *gateStats) *Summary {
 		ps.GateCalls = st.kinds[pr.Name]
 		waits := slices.Clone(st.waits[pr.Name])
 		slices.Sort(waits)
-		ps.WaitP50Ms, ps.WaitP99Ms = ms(percentile(waits, 50)), ms(percentile(waits, 99))
+		ps.WaitP50Ms, ps.WaitP99Ms = ms(stats.Percentile(waits, 50)), ms(stats.Percentile(waits, 99))
 		s.Providers = append(s.Providers, ps)
 	}
 	return s
-}
-
-// percentile is the nearest-rank percentile of sorted values.
-func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (len(sorted)*p + 99) / 100 // ceil(n*p/100), 1-based
-	return sorted[max(i, 1)-1]
 }
 
 func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 1) }

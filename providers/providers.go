@@ -7,7 +7,7 @@
 //	case err == nil:                             // Succeeded: ack
 //	case errors.As(err, &thr):                   // Throttled: pause the provider thr.RetryAfter; not an attempt
 //	case errors.Is(err, providers.ErrPermanent): // Permanent: dead-letter now
-//	default:                                     // Transient: retry after Backoff(attempt), up to max_attempts
+//	default:                                     // Transient: retry after consumers.Backoff(attempt), up to max_attempts
 //	}
 //
 // Every attempt of a job carries its idempotency key, so a provider that honours the header charges a
@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -336,17 +335,4 @@ func RequestBody(j *job.Job) ([]byte, error) {
 		Currency string `json:"currency"`
 		Merchant string `json:"merchant,omitempty"`
 	}{j.ID, j.Amount, j.Currency, j.Merchant})
-}
-
-// Backoff is the wait before transient attempt number attempt (1 for the first retry): exponential from
-// base, capped at maxDelay, with full jitter (uniform in [0, cap)), so retries of many jobs spread out.
-func Backoff(attempt int, base, maxDelay time.Duration) time.Duration {
-	ceiling := maxDelay
-	if shift := max(attempt, 1) - 1; shift < 62 && base<<shift > 0 && base<<shift < maxDelay {
-		ceiling = base << shift
-	}
-	if ceiling <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(ceiling)))
 }

@@ -441,27 +441,6 @@ func TestConnectionPooling(t *testing.T) {
 	}
 }
 
-func TestBackoff(t *testing.T) {
-	const base, maxDelay = 100 * time.Millisecond, 5 * time.Second
-	for attempt := 1; attempt <= 70; attempt++ {
-		ceiling := maxDelay
-		if attempt < 7 {
-			ceiling = base << (attempt - 1)
-		}
-		seen := map[time.Duration]bool{}
-		for range 200 {
-			d := providers.Backoff(attempt, base, maxDelay)
-			if d < 0 || d >= ceiling {
-				t.Fatalf("attempt %d: %v outside [0, %v)", attempt, d, ceiling)
-			}
-			seen[d] = true
-		}
-		if len(seen) < 100 {
-			t.Fatalf("attempt %d: only %d distinct delays in 200: not jittered", attempt, len(seen))
-		}
-	}
-}
-
 // Spare connections are dialed before the first request, so it does not pay a dial at its slot; and a
 // spare the server closed meanwhile costs a retry, not a failed payment.
 func TestSpareConnections(t *testing.T) {

@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	mrand "math/rand/v2"
 	"net/url"
 	"strconv"
 	"sync"
@@ -562,7 +561,7 @@ func (s *session) run(ctx context.Context) {
 			s.mu.Lock()
 			s.lastErr = err
 			s.mu.Unlock()
-			wait := time.Duration(mrand.Int64N(int64(min(30*time.Second, 100*time.Millisecond<<min(attempt, 9))) + 1))
+			wait := consumers.Backoff(attempt+1, 100*time.Millisecond, 30*time.Second)
 			if attempt > 0 {
 				s.log.Warn("rabbitmq connection failed; retrying", zap.String("connection", s.name), zap.Error(err), zap.Duration("in", wait))
 			}

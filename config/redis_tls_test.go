@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,22 +14,16 @@ import (
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/internal/testtls"
 )
-
-func redisAddr() string {
-	if a := os.Getenv("PAYGATE_TEST_REDIS"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
 
 // The gate works through rediss:// with the CA file: real Redis behind a TLS proxy that presents a
 // certificate of a CA made for the test. Without the CA file the same address fails with an unknown
 // authority, and nothing reaches Redis: TLS is never given up for plain text.
 func TestGateThroughRediss(t *testing.T) {
 	ca := testtls.NewCA(t)
-	proxy := ca.Proxy(t, redisAddr())
+	proxy := ca.Proxy(t, testenv.RedisAddr())
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "tls-" + hex.EncodeToString(b[:])
@@ -41,7 +34,7 @@ func TestGateThroughRediss(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { // in plain text, straight to Redis
-			rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+			rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 			defer rdb.Close()
 			l, _ := gate.New(rdb, gate.Options{Prefix: c.Redis.KeyPrefix, Providers: policies})
 			keys, _ := l.Keys("acme")

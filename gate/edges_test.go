@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 // The gate's edge cases from an adversarial review of lua/ and gate/ (each failed before family.lua became
@@ -49,7 +50,7 @@ func TestLargeCostEveryAlgorithm(t *testing.T) {
 // Finding 4: a job of cost 300000 (valid under 10 000 000/day) costs the counting algorithms two members,
 // and sliding_log refuses limits it cannot keep.
 func TestHugeCostCounters(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	for _, algo := range gate.Algorithms[1:] {
 		l := newAlgo(t, rdb, algo, 0, pol(10_000_000, 24*time.Hour))
@@ -75,7 +76,7 @@ func TestHugeCostCounters(t *testing.T) {
 // never admitted (each try wrote its counters, then failed). Now it is admitted once and charged once.
 func TestRetriedBigJobChargesOnce(t *testing.T) {
 	for _, algo := range []gate.Algorithm{gate.SlidingWindow, gate.TokenBucket, gate.GCRA, gate.FixedWindow} {
-		rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+		rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 		t.Cleanup(func() { rdb.Close() })
 		l := newAlgo(t, rdb, algo, 0, pol(100000, 24*time.Hour))
 		for try := range 3 {
@@ -145,7 +146,7 @@ func TestReleaseUnderDuplicate(t *testing.T) {
 // Finding 6: Release and Sent made none of the id checks decide makes: Release of "a\x003" removed the
 // third unit of job a.
 func TestReleaseAndSentCheckIDs(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
 	l := newLimiter(t, rdb, 0, pol(3, time.Hour))
@@ -255,7 +256,7 @@ func TestLeakyBucketExactSpacing(t *testing.T) {
 // split calls (one HDEL of them all passed Lua's unpack limit, and every call failed until the hash
 // expired); and fixed_window's search for a window with room stops at the max wait.
 func TestCounterEdges(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
 	for _, algo := range []gate.Algorithm{gate.SlidingWindow, gate.FixedWindow} {

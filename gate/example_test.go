@@ -8,12 +8,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 // A worker reserves a slot for each job, sleeps until it, then dispatches. Under overload it asks the
 // gate once per job: the slot comes back with the answer instead of a "try again" loop.
 func Example() {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	limiter, err := gate.New(rdb, gate.Options{
 		Prefix: "example-" + time.Now().Format("150405.000000"),

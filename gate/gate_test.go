@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 // 1. The decision and the recorded slot use the Redis clock.
@@ -952,7 +953,7 @@ func TestWatch(t *testing.T) {
 			t.Fatalf("notice %q after the decision %+v, want %q", n, first, want)
 		}
 
-		if c, ok := rdb.(*redis.Client); ok && c.Options().Addr == redisAddr() { // its pub/sub client is the watcher's
+		if c, ok := rdb.(*redis.Client); ok && c.Options().Addr == testenv.RedisAddr() { // its pub/sub client is the watcher's
 			w.next(t, "disconnect", func() {
 				if err := c.Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 					t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,21 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 )
-
-// Real servers, started by scripts/services.sh; override with PAYGATE_TEST_REDIS and
-// PAYGATE_TEST_REDIS_CLUSTER (comma-separated).
-func redisAddr() string { return envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379") }
-func clusterAddrs() []string {
-	return strings.Split(envOr("PAYGATE_TEST_REDIS_CLUSTER", "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"), ",")
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
 
 type backend struct {
 	name string
@@ -41,8 +27,8 @@ type backend struct {
 // semantics are only proven against real Redis (run scripts/services.sh up).
 func backends(t testing.TB) []backend {
 	t.Helper()
-	single := redis.NewClient(&redis.Options{Addr: redisAddr()})
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs()})
+	single := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs()})
 	t.Cleanup(func() { single.Close(); cluster.Close() })
 	bs := []backend{{"single", single}, {"cluster", cluster}}
 	for _, b := range bs {
@@ -93,8 +79,8 @@ func uniquePrefix(t testing.TB) string {
 // but an epoch key (the warm-up's) never does.
 func dropKeys(prefix string) {
 	cleaners.once.Do(func() {
-		cleaners.single = redis.NewClient(&redis.Options{Addr: redisAddr()})
-		cleaners.cluster = redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs()})
+		cleaners.single = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+		cleaners.cluster = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs()})
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

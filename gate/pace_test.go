@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 func pacedLimiter(t *testing.T, rdb redis.Scripter, algo gate.Algorithm, burst int64, policies ...gate.Policy) *gate.Limiter {
@@ -102,7 +103,7 @@ func TestPacedBurst(t *testing.T) {
 // Quotas are not spread over their window: a provider whose shortest window is longer than
 // MaxPacedWindow is not paced, and a burst above the shortest window's limit is refused.
 func TestPaceLimits(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	l := pacedLimiter(t, rdb, gate.SlidingLog, 1, pol(100000, 24*time.Hour))
 	if every, _, err := l.Pace(prov); err != nil || every != 0 {

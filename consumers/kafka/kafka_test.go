@@ -5,9 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,13 +15,14 @@ import (
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/consumers/conformance"
 	"github.com/paygate/paygate/consumers/kafka"
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 // brokers is a kfake cluster per test, or the real brokers in PAYGATE_TEST_KAFKA_BROKERS.
 func brokers(t *testing.T) []string {
 	t.Helper()
-	if b := os.Getenv("PAYGATE_TEST_KAFKA_BROKERS"); b != "" {
-		return strings.Split(b, ",")
+	if bs := testenv.KafkaBrokers(); bs != nil {
+		return bs
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {

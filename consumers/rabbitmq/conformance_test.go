@@ -11,6 +11,7 @@ import (
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/consumers/conformance"
 	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 func TestConformance(t *testing.T) {
@@ -25,7 +26,7 @@ func TestConformance(t *testing.T) {
 				br.Close() // connections gone without settling: RabbitMQ requeues the unacked
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				b2, err := rabbitmq.Open(ctx, rabbitmq.Options{URL: amqpURL(), Exchange: x, Prefetch: 4, Providers: []string{"acme"}, DelayTiers: tiers})
+				b2, err := rabbitmq.Open(ctx, rabbitmq.Options{URL: testenv.AMQPURL(), Exchange: x, Prefetch: 4, Providers: []string{"acme"}, DelayTiers: tiers})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -52,7 +53,7 @@ func TestConformance(t *testing.T) {
 // getAll takes messages from a queue until it has want of them (or 5s pass), then what else is there.
 func getAll(t *testing.T, queue string, want int) []amqp.Delivery {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}

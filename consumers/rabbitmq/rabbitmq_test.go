@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -17,14 +16,8 @@ import (
 
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/internal/testenv"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("PAYGATE_TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 // open connects an adapter on a fresh exchange, so tests never share queues.
 func open(t *testing.T, tiers ...time.Duration) (*rabbitmq.Broker, string) {
@@ -37,7 +30,7 @@ func open(t *testing.T, tiers ...time.Duration) (*rabbitmq.Broker, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	br, err := rabbitmq.Open(ctx, rabbitmq.Options{URL: amqpURL(), Exchange: x, Prefetch: 4, Providers: []string{"acme"}, DelayTiers: tiers})
+	br, err := rabbitmq.Open(ctx, rabbitmq.Options{URL: testenv.AMQPURL(), Exchange: x, Prefetch: 4, Providers: []string{"acme"}, DelayTiers: tiers})
 	if err != nil {
 		t.Fatalf("rabbitmq unreachable (%v): run scripts/services.sh up", err)
 	}
@@ -49,7 +42,7 @@ func open(t *testing.T, tiers ...time.Duration) (*rabbitmq.Broker, string) {
 }
 
 func deleteTopology(x string, tiers []time.Duration) {
-	_ = rabbitmq.DeleteTopology(amqpURL(), rabbitmq.TopologyOf(x, []string{"acme"}, tiers))
+	_ = rabbitmq.DeleteTopology(testenv.AMQPURL(), rabbitmq.TopologyOf(x, []string{"acme"}, tiers))
 }
 
 func next(t *testing.T, ch <-chan consumers.Delivery, within time.Duration) consumers.Delivery {
@@ -230,7 +223,7 @@ func TestQueueDeletedUnderConsumer(t *testing.T) {
 	if err := next(t, stream, 5*time.Second).Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers/rabbitmq"
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/internal/testtls"
 )
 
@@ -18,7 +19,7 @@ import (
 // and returns an amqps:// URL through it, the proxy and the CA.
 func tlsBroker(t *testing.T) (string, *testtls.Proxy, *testtls.CA) {
 	t.Helper()
-	u, err := url.Parse(amqpURL())
+	u, err := url.Parse(testenv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}

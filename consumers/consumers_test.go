@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,16 +20,10 @@ import (
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/consumers/memory"
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers"
 	"github.com/paygate/paygate/providers/sim"
 )
-
-func redisAddr() string {
-	if a := os.Getenv("PAYGATE_TEST_REDIS"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
 
 func prefix() string {
 	var b [6]byte
@@ -142,8 +135,10 @@ func (h *harness) handleOne(provider string, publish func() error) memory.Settle
 	return s[len(s)-1]
 }
 
-func TestOutcomes(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+// TestRedisOutcomes is TestOutcomes' integration counterpart: a few of its rows through the real gate on
+// real Redis and a provider over HTTP.
+func TestRedisOutcomes(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { rdb.Close(); dead.Close() }) // after the parallel subtests
 	roomy := []gate.Policy{{Limit: 100, Window: time.Second}}
@@ -220,7 +215,7 @@ func TestOutcomes(t *testing.T) {
 
 // A 429 pauses the provider for every worker: the gate holds the next decision until the pause ends.
 func TestThrottlePausesTheCluster(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second},
 		provider{name: "acme", limits: []gate.Policy{{Limit: 100, Window: time.Second}}, handler: status(429, "3")})
@@ -237,7 +232,7 @@ func TestThrottlePausesTheCluster(t *testing.T) {
 // A throttled provider never starves another: A at 1/s with a backlog, B unlimited; B's jobs all flow
 // while A's trickle.
 func TestNoHeadOfLineBlocking(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 5 * time.Second, Concurrency: 4},
 		provider{name: "slow", limits: []gate.Policy{{Limit: 1, Window: time.Second}}, handler: status(200, "")},
@@ -274,7 +269,7 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 
 // SIGTERM with jobs in flight: each one settles or returns to the queue; nothing is lost.
 func TestShutdownSettlesOrRequeues(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	var started sync.WaitGroup
 	started.Add(2)
@@ -321,7 +316,7 @@ func TestShutdownSettlesOrRequeues(t *testing.T) {
 // delivery may have sent; the redelivery, long after that slot, is moved to a new one and must not release
 // that either), and a worker that is always late defers its job rather than send it late.
 func TestLatenessGuardEdges(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, LateLimit: time.Nanosecond},
 		provider{name: "acme", limits: []gate.Policy{{Limit: 3, Window: time.Hour}}, handler: status(200, "")})
@@ -356,7 +351,7 @@ func TestLatenessGuardEdges(t *testing.T) {
 // Found in review: a dispatch cut short by the shutdown timeout is not a failed attempt; the job goes
 // back to its queue.
 func TestShutdownTimeoutIsNotAnAttempt(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	started := make(chan struct{}, 1)
 	hang := func(w http.ResponseWriter, r *http.Request) {
@@ -392,7 +387,7 @@ func TestShutdownTimeoutIsNotAnAttempt(t *testing.T) {
 // duplicate at its old slot) would send the retry at once and b one window after the failed request:
 // 2 accepted within one second.
 func TestRetryAfterFailureTakesItsOwnUnit(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	ref, err := sim.New(sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Second}}})
 	if err != nil {
@@ -430,7 +425,7 @@ func TestRetryAfterFailureTakesItsOwnUnit(t *testing.T) {
 
 // A 429 is a refusal the provider did not count: the job's unit goes back to the budget.
 func TestThrottleReleasesTheUnit(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second},
 		provider{name: "acme", limits: []gate.Policy{{Limit: 5, Window: time.Minute}}, handler: status(429, "1")})
@@ -459,7 +454,7 @@ func TestGateID(t *testing.T) {
 // Going out as a plain duplicate would leave the log saying "a at s" and let b go at once: 2 within one
 // second.
 func TestStaleRedeliveryIsMoved(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	ref, err := sim.New(sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Second}, {Limit: 10, Per: time.Minute}}})
 	if err != nil {
@@ -489,7 +484,7 @@ func TestStaleRedeliveryIsMoved(t *testing.T) {
 // A job the provider accepted but whose ack failed is marked sent at the gate: its redelivery, however
 // late, is a plain duplicate of the counted request, not moved to spend a new unit.
 func TestAcceptedButUnsettledIsMarkedSent(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, LateLimit: 15 * time.Millisecond},
 		provider{name: "acme", limits: []gate.Policy{{Limit: 5, Window: time.Hour}}, handler: status(200, "")})
@@ -526,7 +521,7 @@ func TestAcceptedButUnsettledIsMarkedSent(t *testing.T) {
 // holds a slot about a second ahead when worker A's request is throttled (429, Retry-After 3). B holds
 // the job: it is deferred, never sent into the throttle, and its unit goes back.
 func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	var sentB atomic.Int64
 	throttling := make(chan struct{})
@@ -594,7 +589,7 @@ func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
 // once the warm-up, which then needs to cover only consumers.LossNotice rather than the whole
 // max_inline_wait, has passed.
 func TestLostStateDropsSleepingReservation(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -663,7 +658,7 @@ func TestLostStateDropsSleepingReservation(t *testing.T) {
 // widens the margin in force (the provider counted more than the gate admitted); later decisions use it,
 // and the late limit follows at half of it.
 func TestWorkerReportsToTheMargin(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -745,7 +740,7 @@ func mustReserveC(t *testing.T, l *gate.Limiter, id string) gate.Verdict {
 // The core does not know which algorithm counts a provider: under every one, an accepted job is acked, its
 // redelivery is a duplicate that takes no second unit, and a 429 pauses every worker and gives its unit back.
 func TestEveryAlgorithm(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	for _, algo := range gate.Algorithms {
 		t.Run(string(algo), func(t *testing.T) {

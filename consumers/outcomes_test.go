@@ -1,0 +1,402 @@
+package consumers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/memory"
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers"
+)
+
+// The worker core's own decisions, without servers: the in-memory broker, a scripted gate and a scripted
+// provider. One row per line of the package doc's "What happens to a job" table (some lines have a row
+// for each of their cases). Whether the gate and the adapters keep their side of the contract is for
+// their own tests and for the integration tests on real Redis (TestRedisOutcomes and the rest of
+// consumers_test.go).
+
+// answer is one scripted answer of the gate to Reserve.
+type answer struct {
+	v   gate.Verdict // Now is filled in from the fake Redis clock
+	err error
+	// block holds the answer back this long (a slow round trip to Redis).
+	block time.Duration
+	// during runs before the answer is returned, with the verdict as answered: what the watch tells the
+	// worker while the job holds its slot (NotePause, NoteLoss, NoteDisconnect).
+	during func(w *consumers.Worker, v gate.Verdict)
+}
+
+func allow(delay time.Duration) answer { return answer{v: gate.Verdict{Allowed: true, Delay: delay}} }
+func deny(retryAfter time.Duration) answer {
+	return answer{v: gate.Verdict{RetryAfter: retryAfter, Limit: gate.Policy{Limit: 1, Window: time.Minute}}}
+}
+
+type reservation struct {
+	id       string
+	cost     int64
+	maxWait  time.Duration
+	answered time.Time // local clock
+	v        gate.Verdict
+}
+
+type release struct {
+	id   string
+	cost int64
+	slot time.Time
+}
+
+// fakeGate answers Reserve from a script (the last answer repeats) and records every call.
+type fakeGate struct {
+	answers []answer
+	w       *consumers.Worker
+
+	mu        sync.Mutex
+	clock     time.Time // the fake Redis clock: a second further at each decision
+	reserved  []reservation
+	released  []release
+	paused    []time.Time // the pauses' ends
+	sent      []string
+	throttles int
+}
+
+func (g *fakeGate) Reserve(_ context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+	g.mu.Lock()
+	a := g.answers[min(len(g.reserved), len(g.answers)-1)]
+	g.clock = g.clock.Add(time.Second)
+	v := a.v
+	v.Now = g.clock
+	g.reserved = append(g.reserved, reservation{id: jobID, cost: cost, maxWait: maxWait, v: v})
+	n := len(g.reserved) - 1
+	g.mu.Unlock()
+	time.Sleep(a.block)
+	if a.during != nil {
+		a.during(g.w, v)
+	}
+	g.mu.Lock()
+	g.reserved[n].answered = time.Now()
+	g.mu.Unlock()
+	if a.err != nil {
+		return gate.Verdict{}, a.err
+	}
+	return v, nil
+}
+
+func (g *fakeGate) Release(_ context.Context, provider, jobID string, cost int64, slot time.Time) (int64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.released = append(g.released, release{id: jobID, cost: cost, slot: slot})
+	return cost, nil
+}
+
+func (g *fakeGate) Pause(_ context.Context, provider string, until time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.paused = append(g.paused, until)
+	return nil
+}
+
+func (g *fakeGate) Sent(_ context.Context, provider, jobID string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sent = append(g.sent, jobID)
+	return nil
+}
+
+func (g *fakeGate) ReportLateness(context.Context, string, string, time.Duration) (gate.MarginState, error) {
+	return gate.MarginState{}, nil
+}
+
+func (g *fakeGate) ReportThrottle(context.Context, string, string) (gate.MarginState, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.throttles++
+	return gate.MarginState{}, nil
+}
+
+// fakeProvider answers each dispatch from a script (the last answer repeats; none: 2xx).
+type fakeProvider struct {
+	answers []error
+
+	mu   sync.Mutex
+	jobs []string
+	at   []time.Time
+}
+
+func (p *fakeProvider) Dispatch(_ context.Context, j *job.Job) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.jobs = append(p.jobs, j.ID)
+	p.at = append(p.at, time.Now())
+	if len(p.answers) == 0 {
+		return nil
+	}
+	return p.answers[min(len(p.jobs), len(p.answers))-1]
+}
+
+// settled is what a row expects of one delivery.
+type settled struct {
+	kind    string // ack, defer, dead
+	reason  consumers.Reason
+	attempt int
+	// after: a deferral's delay lies in [after-slack, after].
+	after, slack time.Duration
+	why          string // a part of the error it carries
+}
+
+// calls counts what the core asked of the gate and the provider.
+type calls struct {
+	reserve, release, pause, throttle, sent, dispatch int
+}
+
+func TestOutcomes(t *testing.T) {
+	const (
+		maxInlineWait = 25 * time.Millisecond
+		maxAttempts   = 5
+		maxAge        = time.Hour
+		backoffBase   = 100 * time.Millisecond
+		redisRetry    = 250 * time.Millisecond
+	)
+	valid := []byte(`{"id":"pay-1","provider":"acme","amount":1250,"currency":"EUR","cost":2}`)
+	unreachable := errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	throttled := &providers.Throttled{Provider: "acme", Status: 429, RetryAfter: 2 * time.Second}
+	serverError := &providers.StatusError{Provider: "acme", Status: 503, Excerpt: "unavailable"}
+	refused := &providers.StatusError{Provider: "acme", Status: 422, Excerpt: "bad iban", Permanent: true}
+
+	tests := []struct {
+		name     string
+		body     []byte        // nil: valid, a job for acme of cost 2
+		attempt  int           // transient failures before this delivery
+		age      time.Duration // first seen this long ago
+		jobs     int           // deliveries of the job, handled in turn (0: 1)
+		late     time.Duration // Config.LateLimit (0: no limit)
+		gate     []answer      // nil: allowed now
+		provider []error       // nil: 2xx
+		want     []settled     // one per delivery
+		calls    calls
+		check    func(t *testing.T, g *fakeGate, p *fakeProvider)
+	}{
+		// invalid message -> dead letter (reason "invalid")
+		{name: "invalid: not JSON", body: []byte("hello"),
+			want: []settled{{kind: "dead", reason: consumers.ReasonInvalid, why: "not JSON"}}},
+		{name: "invalid: a field", body: []byte(`{"id":"x","provider":"acme","amount":-1,"currency":"EUR"}`),
+			want: []settled{{kind: "dead", reason: consumers.ReasonInvalid, why: "amount: must be > 0"}}},
+		{name: "invalid: another provider's queue", body: []byte(`{"id":"x","provider":"other","amount":1,"currency":"EUR"}`),
+			want: []settled{{kind: "dead", reason: consumers.ReasonInvalid, why: `"other"`}}},
+		{name: "invalid: the gate refuses the request", gate: []answer{{err: fmt.Errorf("%w: cost 2 over the limit", gate.ErrInvalid)}},
+			want:  []settled{{kind: "dead", reason: consumers.ReasonInvalid, why: "cost 2 over the limit"}},
+			calls: calls{reserve: 1}},
+
+		// older than max_deferral_age -> dead letter ("deferral-age")
+		{name: "too old", age: maxAge + time.Minute, attempt: 2,
+			want: []settled{{kind: "dead", reason: consumers.ReasonDeferralAge, attempt: 2, why: "max_deferral_age"}}},
+
+		// gate denies (slot > max wait) -> waits RetryAfter in-process and asks again while those waits total
+		// at most max wait; then deferred by RetryAfter (not an attempt)
+		{name: "denied beyond max wait: deferred", attempt: 1, gate: []answer{deny(time.Second)},
+			want:  []settled{{kind: "defer", attempt: 1, after: time.Second, why: "no slot within"}},
+			calls: calls{reserve: 1}},
+		{name: "denied just beyond max wait: waits, asks again, dispatched", gate: []answer{deny(10 * time.Millisecond), allow(0)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, dispatch: 1}},
+		{name: "denied until the waits pass max wait: deferred", gate: []answer{deny(10 * time.Millisecond)},
+			want:  []settled{{kind: "defer", after: 10 * time.Millisecond, why: "no slot within"}},
+			calls: calls{reserve: 3}, // waited 10ms twice; a third 10ms would pass 25ms
+		},
+
+		// gate unreachable -> deferred (fail closed, never dispatched unguarded)
+		{name: "gate unreachable: fail closed", attempt: 3, gate: []answer{{err: unreachable}},
+			want:  []settled{{kind: "defer", attempt: 3, after: redisRetry, why: "connection refused"}},
+			calls: calls{reserve: 1}},
+
+		// slot inside a pause announced since it was reserved (NotePause) -> deferred past the pause, slot
+		// released (not an attempt)
+		{name: "slot inside a pause announced meanwhile", attempt: 1,
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 10 * time.Millisecond}, during: func(w *consumers.Worker, v gate.Verdict) {
+				w.NotePause("acme", v.Slot().Add(3*time.Second))
+			}}},
+			want:  []settled{{kind: "defer", attempt: 1, after: 3 * time.Second, why: "paused"}},
+			calls: calls{reserve: 1, release: 1}},
+		{name: "pause announced, ending before the slot: dispatched",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 10 * time.Millisecond}, during: func(w *consumers.Worker, v gate.Verdict) {
+				w.NotePause("acme", v.Now)
+			}}},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 1}},
+
+		// woke late MaxLateTries times -> slot released, deferred (not an attempt): never sent late
+		{name: "woke late every time: deferred, never sent", attempt: 2, late: time.Nanosecond, gate: []answer{allow(0)},
+			want:  []settled{{kind: "defer", attempt: 2, after: redisRetry, why: "half of gate.margin"}},
+			calls: calls{reserve: consumers.MaxLateTries, release: consumers.MaxLateTries}},
+		{name: "woke late once: slot given back, asked again, sent", late: 100 * time.Millisecond,
+			gate:  []answer{{v: gate.Verdict{Allowed: true}, block: 200 * time.Millisecond}, allow(0)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, release: 1, dispatch: 1}},
+		{name: "a duplicate woke late: its entry is not released", late: time.Nanosecond,
+			gate:  []answer{{v: gate.Verdict{Allowed: true, Duplicate: true}}},
+			want:  []settled{{kind: "defer", after: redisRetry, why: "half of gate.margin"}},
+			calls: calls{reserve: consumers.MaxLateTries}},
+
+		// gate state lost under the slot -> slot given up, asked again (NoteLoss, NoteDisconnect)
+		{name: "state lost under the slot (NoteLoss): asked again, sent",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 5 * time.Millisecond}, during: func(w *consumers.Worker, v gate.Verdict) {
+				w.NoteLoss("acme", v.Now.Add(time.Millisecond))
+			}}, allow(0)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, release: 1, dispatch: 1}},
+		{name: "watch disconnected under the slot (NoteDisconnect): asked again, sent",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 5 * time.Millisecond}, during: func(w *consumers.Worker, _ gate.Verdict) {
+				w.NoteDisconnect(time.Now())
+			}}, allow(0)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, release: 1, dispatch: 1}},
+		{name: "state lost under every slot: deferred, never sent",
+			gate: []answer{{v: gate.Verdict{Allowed: true}, during: func(w *consumers.Worker, v gate.Verdict) {
+				w.NoteLoss("acme", v.Now.Add(time.Millisecond))
+			}}},
+			want:  []settled{{kind: "defer", after: redisRetry, why: "lost under its reservation"}},
+			calls: calls{reserve: consumers.MaxLateTries, release: consumers.MaxLateTries}},
+
+		// provider 2xx -> ack
+		{name: "2xx: acked", want: []settled{{kind: "ack"}}, calls: calls{reserve: 1, dispatch: 1}},
+		{name: "2xx on a slot ahead: sent at the slot, acked", gate: []answer{allow(20 * time.Millisecond)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
+				if early := g.reserved[0].answered.Add(20 * time.Millisecond).Sub(p.at[0]); early > 0 {
+					t.Errorf("sent %v before its slot", early)
+				}
+			}},
+		{name: "2xx for a duplicate (a redelivery): acked", attempt: 1, gate: []answer{{v: gate.Verdict{Allowed: true, Duplicate: true}}},
+			want:  []settled{{kind: "ack"}}, // an ack carries no attempt
+			calls: calls{reserve: 1, dispatch: 1}},
+
+		// provider throttles (429) -> gate.Pause for the whole cluster, deferred (not an attempt)
+		{name: "429: paused everywhere, unit released, deferred", attempt: 3, provider: []error{throttled},
+			want:  []settled{{kind: "defer", attempt: 3, after: 2 * time.Second, why: "throttled"}},
+			calls: calls{reserve: 1, dispatch: 1, pause: 1, release: 1, throttle: 1},
+			check: func(t *testing.T, g *fakeGate, _ *fakeProvider) {
+				if d := time.Until(g.paused[0]); d <= time.Second || d > 2*time.Second {
+					t.Errorf("paused until %v from now, want about 2s", d)
+				}
+			}},
+		{name: "429: the next job waits out the pause without asking the gate", jobs: 2, provider: []error{throttled},
+			want: []settled{
+				{kind: "defer", after: 2 * time.Second, why: "throttled"},
+				{kind: "defer", after: 2 * time.Second, slack: time.Second, why: "paused"},
+			},
+			calls: calls{reserve: 1, dispatch: 1, pause: 1, release: 1, throttle: 1}},
+		{name: "429 on a duplicate: paused, its entry not released", gate: []answer{{v: gate.Verdict{Allowed: true, Duplicate: true}}}, provider: []error{throttled},
+			want:  []settled{{kind: "defer", after: 2 * time.Second, why: "throttled"}},
+			calls: calls{reserve: 1, dispatch: 1, pause: 1}},
+
+		// transient failure -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts
+		{name: "transient: deferred by backoff, an attempt", provider: []error{serverError},
+			want:  []settled{{kind: "defer", attempt: 1, after: backoffBase, slack: backoffBase, why: "503"}},
+			calls: calls{reserve: 1, dispatch: 1}},
+		{name: "transient, a retry: its own gate entry, a longer backoff", attempt: 2, provider: []error{serverError},
+			want:  []settled{{kind: "defer", attempt: 3, after: 4 * backoffBase, slack: 4 * backoffBase, why: "503"}},
+			calls: calls{reserve: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, _ *fakeProvider) {
+				if id := g.reserved[0].id; id != consumers.GateID("pay-1", 2) {
+					t.Errorf("reserved as %q, want the attempt's own id %q", id, consumers.GateID("pay-1", 2))
+				}
+			}},
+		{name: "transient at max attempts: dead letter", attempt: maxAttempts - 1, provider: []error{serverError},
+			want:  []settled{{kind: "dead", reason: consumers.ReasonExhausted, attempt: maxAttempts, why: "503"}},
+			calls: calls{reserve: 1, dispatch: 1}},
+
+		// permanent failure (4xx) -> dead letter ("permanent")
+		{name: "permanent: dead letter", attempt: 1, provider: []error{refused},
+			want:  []settled{{kind: "dead", reason: consumers.ReasonPermanent, attempt: 2, why: "422"}},
+			calls: calls{reserve: 1, dispatch: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			answers := tt.gate
+			if answers == nil {
+				answers = []answer{allow(0)}
+			}
+			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0)}
+			p := &fakeProvider{answers: tt.provider}
+			w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: maxInlineWait, MaxAttempts: maxAttempts,
+				MaxDeferralAge: maxAge, ShutdownTimeout: time.Second, BackoffBase: backoffBase, BackoffMax: time.Minute,
+				RedisRetry: redisRetry, LateLimit: tt.late, Providers: map[string]int64{"acme": 10}},
+				g, map[string]consumers.Dispatcher{"acme": p}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.w = w
+			b := memory.New(10, "acme")
+			body := tt.body
+			if body == nil {
+				body = valid
+			}
+			jobs := max(tt.jobs, 1)
+			for range jobs {
+				if err := b.PublishAged("acme", body, tt.attempt, time.Now().Add(-tt.age)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			deliveries, err := b.Consume(ctx, "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range jobs {
+				w.Handle(context.Background(), "acme", <-deliveries)
+			}
+			cancel()
+
+			got := b.Settled()
+			if len(got) != len(tt.want) {
+				t.Fatalf("settled %+v, want %d settlements", got, len(tt.want))
+			}
+			for i, want := range tt.want {
+				s := got[i]
+				if s.Kind != want.kind || s.Reason != want.reason || s.Attempt != want.attempt {
+					t.Errorf("delivery %d settled %s (reason %q, attempt %d), want %s (reason %q, attempt %d); why: %v",
+						i, s.Kind, s.Reason, s.Attempt, want.kind, want.reason, want.attempt, s.Why)
+				}
+				if s.Kind == "defer" && (s.After > want.after || s.After < want.after-want.slack) {
+					t.Errorf("delivery %d deferred by %v, want [%v, %v]", i, s.After, want.after-want.slack, want.after)
+				}
+				if want.why != "" && (s.Why == nil || !strings.Contains(s.Why.Error(), want.why)) {
+					t.Errorf("delivery %d: why %v, want it to mention %q", i, s.Why, want.why)
+				}
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if c := (calls{reserve: len(g.reserved), release: len(g.released), pause: len(g.paused), throttle: g.throttles,
+				sent: len(g.sent), dispatch: len(p.jobs)}); c != tt.calls {
+				t.Errorf("calls %+v, want %+v", c, tt.calls)
+			}
+			// Every reservation is the job's, for its attempt, at its cost and the max wait; every release
+			// gives back a slot the gate handed out, at that cost.
+			slots := map[time.Time]bool{}
+			for _, r := range g.reserved {
+				if r.id != consumers.GateID("pay-1", tt.attempt) || r.cost != 2 || r.maxWait != maxInlineWait {
+					t.Errorf("reserved %q cost %d max wait %v, want %q cost 2 max wait %v", r.id, r.cost, r.maxWait, consumers.GateID("pay-1", tt.attempt), maxInlineWait)
+				}
+				slots[r.v.Slot()] = true
+			}
+			for _, r := range g.released {
+				if r.id != consumers.GateID("pay-1", tt.attempt) || r.cost != 2 || !slots[r.slot] {
+					t.Errorf("released %q cost %d at %v: not a slot the gate handed out (%v)", r.id, r.cost, r.slot, slots)
+				}
+			}
+			if tt.check != nil {
+				tt.check(t, g, p)
+			}
+		})
+	}
+}

@@ -46,24 +46,23 @@ type Options struct {
 
 // Broker is the Kafka adapter: consumers.Broker plus publishing.
 type Broker struct {
-	o      Options
-	writer *kafkago.Writer
+	o         Options
+	writer    *kafkago.Writer
+	transport *kafkago.Transport // the writer's
 
 	mu      sync.Mutex
 	streams map[string]chan consumers.Delivery // by provider, for the current run
 	started bool                               // a run is going
 	done    chan struct{}                      // closed when the current run has ended
 	ready   error
-	abandon chan struct{} // closed by Abandon
-	once    sync.Once
+	// abandon, closed, makes the member leave as a crashed process would. Only the tests close it
+	// (Abandon, in export_test.go): a real crash needs no help.
+	abandon     chan struct{}
+	abandonOnce sync.Once
 }
 
 // drainTimeout bounds how long a stopping partition waits for its in-flight records to settle.
 const drainTimeout = time.Minute
-
-// Abandon makes the member leave as a crashed process would: in-flight records are not waited for, and
-// stay uncommitted.
-func (b *Broker) Abandon() { b.once.Do(func() { close(b.abandon) }) }
 
 var _ consumers.Broker = (*Broker)(nil)
 
@@ -81,8 +80,12 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	if err := b.createTopics(ctx); err != nil {
 		return nil, err
 	}
+	// The writer's own transport, dialing as kafka-go's shared default does, so that Close can close its
+	// connections and stop its metadata goroutine (the shared one keeps them for the process's life).
+	b.transport = &kafkago.Transport{Dial: (&net.Dialer{Timeout: 3 * time.Second}).DialContext}
 	b.writer = &kafkago.Writer{
 		Addr:         kafkago.TCP(o.Brokers...),
+		Transport:    b.transport,
 		Balancer:     &kafkago.RoundRobin{},
 		RequiredAcks: kafkago.RequireAll, // the default (none) would be fire-and-forget
 		BatchTimeout: 2 * time.Millisecond,
@@ -156,7 +159,8 @@ func (b *Broker) Ready() error {
 	return b.ready
 }
 
-// Close waits for a run whose context has ended to finish, then flushes the writer.
+// Close waits for a run whose context has ended to finish, then flushes the writer and closes its
+// connections.
 func (b *Broker) Close() error {
 	b.mu.Lock()
 	started, done := b.started, b.done
@@ -164,7 +168,9 @@ func (b *Broker) Close() error {
 	if started {
 		<-done
 	}
-	return b.writer.Close()
+	err := b.writer.Close()
+	b.transport.CloseIdleConnections() // a Writer does not close a transport it was given
+	return err
 }
 
 // newRun prepares the streams of the next run.

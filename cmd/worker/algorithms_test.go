@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 // The algorithm family's acceptance check: for every algorithm, check-config accepts it, and 8 concurrent
@@ -29,7 +30,7 @@ import (
 // (--max-wait 3s): its queue of 5 is what admits exactly 5. Fixed windows are calendar windows: the
 // processes are released just after a 3s boundary of the Redis clock, so that all eight fall in one.
 func TestGateTryEveryAlgorithm(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	for _, algo := range config.Algorithms {
 		t.Run(algo, func(t *testing.T) {

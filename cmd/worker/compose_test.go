@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -255,7 +256,7 @@ func TestComposeEnqueueCommand(t *testing.T) {
 	for k, v := range loadCompose(t).Services["worker"].Environment {
 		env = append(env, k+"="+v)
 	}
-	env = append(env, "PAYGATE_CONFIG=../../config.yaml", "PAYGATE_AMQP_URL="+amqpURL(), "PAYGATE_REDIS_ADDRS="+redisAddr(),
+	env = append(env, "PAYGATE_CONFIG=../../config.yaml", "PAYGATE_AMQP_URL="+testenv.AMQPURL(), "PAYGATE_REDIS_ADDRS="+testenv.RedisAddr(),
 		"PAYGATE_BROKER_RABBITMQ_EXCHANGE="+f.x, "PAYGATE_WORKER_DELAY_TIERS="+strings.Join(f.tiers, ","))
 	r := worker(t, env, args...)
 	if r.code != 0 || !strings.Contains(r.stdout, "published 3 jobs") {

@@ -7,9 +7,8 @@ import (
 	"testing"
 
 	"github.com/paygate/paygate/demo"
+	"github.com/paygate/paygate/internal/testenv"
 )
-
-func redisAddr() string { return envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379") }
 
 // demoRun runs "worker demo --json" with args and checks the promise: exit 0, nothing lost, at
 // least two providers, no violations, utilisation >= minUtil each, and something dispatched and
@@ -53,8 +52,8 @@ func TestDemoAcceptance(t *testing.T) {
 
 // The same on real RabbitMQ and Redis; the demo deletes its topology afterwards.
 func TestDemoOnRabbitMQ(t *testing.T) {
-	s := demoRun(t, 0.95, "--duration", "12s", "--workers", "2", "--rabbitmq", amqpURL(), "--redis", redisAddr())
-	if s.Broker != "rabbitmq" || s.Redis != redisAddr() {
+	s := demoRun(t, 0.95, "--duration", "12s", "--workers", "2", "--rabbitmq", testenv.AMQPURL(), "--redis", testenv.RedisAddr())
+	if s.Broker != "rabbitmq" || s.Redis != testenv.RedisAddr() {
 		t.Fatalf("broker %q, redis %q", s.Broker, s.Redis)
 	}
 	out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "name").Output()

@@ -27,14 +27,13 @@ import (
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers/sim"
 	"github.com/paygate/paygate/wire"
 )
 
 // End to end: real worker processes, real RabbitMQ, real Redis, in-process provider simulators as the
 // referees.
-
-func amqpURL() string { return envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }
 
 type simProvider struct {
 	name   string
@@ -122,7 +121,7 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 	_, _ = rand.Read(b[:])
 	f := &fleet{t: t, x: "e2e-" + hex.EncodeToString(b[:]), dir: t.TempDir(), sims: map[string]*simProc{}, tiers: []string{"500ms", "2s", "5s"}, margin: 10 * time.Millisecond}
 	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "log: {level: info}\nhttp: {listen: \"127.0.0.1:0\"}\nredis: {addrs: [%q], key_prefix: %s}\n", envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379"), f.x)
+	fmt.Fprintf(&yaml, "log: {level: info}\nhttp: {listen: \"127.0.0.1:0\"}\nredis: {addrs: [%q], key_prefix: %s}\n", testenv.RedisAddr(), f.x)
 	fmt.Fprintf(&yaml, "broker: {kind: rabbitmq, rabbitmq: {exchange: %s, prefetch: 16}}\n", f.x)
 	fmt.Fprintf(&yaml, "worker: {concurrency: 8, max_inline_wait: 2s, shutdown_timeout: 5s, delay_tiers: [%s]}\nproviders:\n", strings.Join(f.tiers, ", "))
 	for _, p := range ps {
@@ -145,7 +144,7 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 // has run before, so the first decisions are not held by the first-use warm-up (gate.warmup).
 func (f *fleet) established() {
 	f.t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	for p := range f.sims {
 		keys := f.gateKeys(p)
@@ -179,7 +178,7 @@ func (f *fleet) gateKeys(provider string) []string {
 }
 
 func (f *fleet) env() []string {
-	return append(append(os.Environ(), "PAYGATE_AMQP_URL="+amqpURL(), "PAYGATE_GATE_MARGIN="+f.margin.String()), f.env2...)
+	return append(append(os.Environ(), "PAYGATE_AMQP_URL="+testenv.AMQPURL(), "PAYGATE_GATE_MARGIN="+f.margin.String()), f.env2...)
 }
 
 func (f *fleet) startWorker() *exec.Cmd {
@@ -243,7 +242,7 @@ func (f *fleet) enqueue(provider string, n int, prefix string) {
 
 func (f *fleet) channel() (*amqp.Connection, *amqp.Channel) {
 	f.t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(testenv.AMQPURL())
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -298,9 +297,9 @@ func (f *fleet) cleanup() {
 		d, _ := time.ParseDuration(tier)
 		tiers = append(tiers, d)
 	}
-	_ = rabbitmq.DeleteTopology(amqpURL(), rabbitmq.TopologyOf(f.x, providers, tiers))
+	_ = rabbitmq.DeleteTopology(testenv.AMQPURL(), rabbitmq.TopologyOf(f.x, providers, tiers))
 	// The gate's keys expire on their own, but for the warm-up's epoch keys, which never do.
-	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	ctx := context.Background()
 	for _, k := range rdb.Keys(ctx, f.x+":*").Val() {
@@ -659,7 +658,7 @@ func TestFleetExampleSettings(t *testing.T) {
 	t.Logf("first acceptance %v after the enqueue began; accepted %d in %v, utilisation %.3f, duplicates %d",
 		first.Sub(enqueued).Round(time.Millisecond), st.Accepted, st.LastAccepted.Sub(first).Round(time.Millisecond), u, st.Duplicates)
 	keys := f.gateKeys("acme")
-	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	began, err := rdb.Get(context.Background(), keys[len(keys)-1]).Int64() // the epoch: the first decision
 	if err != nil {

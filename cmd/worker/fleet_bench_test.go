@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -143,7 +144,7 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 		Measured: time.Now().UTC().Format("2006-01-02 15:04")}
 
 	keys := f.gateKeys("acme")
-	rdb := redis.NewClient(&redis.Options{Addr: envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379")})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	ctx := context.Background()
 	if began, err := rdb.Get(ctx, keys[len(keys)-1]).Int64(); err == nil {

@@ -13,6 +13,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -24,8 +25,8 @@ var kfakeBinary string
 // startKfake runs cmd/kfake and returns its address.
 func startKfake(t *testing.T) string {
 	t.Helper()
-	if b := os.Getenv("PAYGATE_TEST_KAFKA_BROKERS"); b != "" {
-		return b
+	if bs := testenv.KafkaBrokers(); bs != nil {
+		return strings.Join(bs, ",")
 	}
 	if kfakeBinary == "" {
 		kfakeBinary = filepath.Join(filepath.Dir(binary), "kfake")

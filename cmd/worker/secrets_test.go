@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -31,7 +32,7 @@ func TestSecretsNeverExposed(t *testing.T) {
 	user, redisPass, amqpPass, token := "pg-"+tag, "R3dis-"+tag, "Amqp-"+tag, "Tok-"+tag
 
 	ctx := context.Background()
-	admin := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer admin.Close()
 	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">"+redisPass, "~*", "&*", "+@all").Err(); err != nil {
 		t.Fatalf("redis ACL user: %v", err)
@@ -45,7 +46,7 @@ func TestSecretsNeverExposed(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "delete_user", user).Run() })
 
 	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}})
-	u, err := url.Parse(amqpURL())
+	u, err := url.Parse(testenv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}

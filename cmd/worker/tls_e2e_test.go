@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/internal/testtls"
 	"github.com/paygate/paygate/providers/sim"
 )
@@ -21,8 +22,8 @@ import (
 func TestRunOverTLS(t *testing.T) {
 	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}})
 	ca := testtls.NewCA(t)
-	redisProxy := ca.Proxy(t, envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379"))
-	u, err := url.Parse(amqpURL())
+	redisProxy := ca.Proxy(t, testenv.RedisAddr())
+	u, err := url.Parse(testenv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}

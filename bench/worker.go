@@ -10,10 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/job"
 	"github.com/paygate/paygate/providers/sim"
+	"github.com/paygate/paygate/wire"
 )
 
 // paygate worker: the worker core's own path (consumers.Worker.Handle) for every job, as `worker run`
@@ -24,20 +26,35 @@ import (
 // production) is handled again after the deferral, as the broker would bring it back.
 type workerRun struct {
 	l       *gate.Limiter
+	core    consumers.Config
 	counted *callCounter
 	ready   sync.Map // job id -> chan struct{}, closed when the core dispatches it
 }
 
 func newWorkerCore(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
-	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond,
-		StaleAfter: 10 * time.Millisecond, Providers: map[string]gate.Provider{"p": {Policies: policies(limits), Burst: 1}}})
-	return &workerRun{l: l, counted: &callCounter{Gate: l}}, err
+	c := workerConfig(prefix, limits)
+	l, err := wire.Gate(c, rdb, wire.Worker)
+	return &workerRun{l: l, core: wire.Core(c), counted: &callCounter{Gate: l}}, err
+}
+
+// workerConfig is config's defaults with the provider p at these limits (paced, burst 1), and no
+// warm-up: each contender starts on an empty state, and the accuracy runs measure the steady state.
+func workerConfig(prefix string, limits []sim.Window) *config.Config {
+	p := config.Provider{URL: "http://127.0.0.1:1/unused", Timeout: 5 * time.Second}
+	for _, l := range limits {
+		p.Limits = append(p.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
+	}
+	return &config.Config{
+		Redis: config.Redis{KeyPrefix: prefix},
+		Gate:  config.Gate{Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond},
+		Worker: config.Worker{Concurrency: 1, MaxInlineWait: 5 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
+			ShutdownTimeout: 5 * time.Second, DelayTiers: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}},
+		Providers: map[string]config.Provider{"p": p.WithDefaults()},
+	}
 }
 
 func (r *workerRun) worker(int) acquirer {
-	w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: 5 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-		ShutdownTimeout: 5 * time.Second, LateLimit: 10 * time.Millisecond, Providers: map[string]int64{"p": 1}},
-		r.counted, map[string]consumers.Dispatcher{"p": dispatchFunc(r.dispatched)}, nil, nil)
+	w, err := consumers.New(r.core, r.counted, map[string]consumers.Dispatcher{"p": dispatchFunc(r.dispatched)}, nil, nil)
 	if err != nil {
 		panic(err) // the configuration above is fixed and valid
 	}

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/job"
 	"github.com/paygate/paygate/lua"
 )
 
@@ -43,8 +43,6 @@ var (
 	pauseScript  = redis.NewScript(lua.Pause)
 	marginScript = redis.NewScript(lua.Margin)
 	sentScript   = redis.NewScript(lua.Sent)
-
-	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 )
 
 // The reply of a reserve, index by index, as family.lua's header documents it.
@@ -261,8 +259,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 
 func newProvider(opts Options, name string, spec Provider, dedup time.Duration) (provider, error) {
 	margin := opts.Margin
-	if !providerName.MatchString(name) {
-		return provider{}, fmt.Errorf("gate: provider name %q must match %s", name, providerName)
+	if !job.ValidProvider(name) {
+		return provider{}, fmt.Errorf("gate: provider name %q must match ^%s$", name, job.ProviderPattern)
 	}
 	policies := spec.Policies
 	if len(policies) == 0 {

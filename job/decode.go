@@ -21,10 +21,7 @@ const (
 	maxAmount   = 1<<53 - 1
 )
 
-var (
-	providerName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
-)
+var currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
 
 // InvalidError says why a message is not a valid job. Its text is the reason a dead letter carries.
 type InvalidError struct {
@@ -99,8 +96,8 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 	switch {
 	case strings.ContainsFunc(j.ID, unicode.IsControl):
 		return nil, invalid("id", "must not contain control characters")
-	case !providerName.MatchString(j.Provider):
-		return nil, invalid("provider", "must match [a-z0-9_-]{1,64}, got %q", j.Provider)
+	case !ValidProvider(j.Provider):
+		return nil, invalid("provider", "must match %s, got %q", ProviderPattern, j.Provider)
 	case j.Amount <= 0:
 		return nil, invalid("amount", "must be > 0 (minor units), got %d", j.Amount)
 	case !currencyCode.MatchString(j.Currency):

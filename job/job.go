@@ -1,7 +1,10 @@
 // Package job defines a payment job, the message workers consume: its JSON form is a public contract.
 package job
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"regexp"
+)
 
 // Job is one payment to dispatch to one provider.
 type Job struct {
@@ -14,6 +17,17 @@ type Job struct {
 	Cost           int64           `json:"cost,omitempty"`            // units of budget, defaults to 1
 	Payload        json.RawMessage `json:"payload,omitempty"`         // object passed to the provider as is
 }
+
+// ProviderPattern is the rule for a provider name, in a job and in the configuration alike: 1 to 64
+// characters, each a lower-case ASCII letter, a digit, '_' or '-'. It is the name's whole text, so
+// messages quote it as is.
+const ProviderPattern = "[a-z0-9_-]{1,64}"
+
+var providerName = regexp.MustCompile("^" + ProviderPattern + "$")
+
+// ValidProvider reports whether name is a valid provider name: it matches ProviderPattern
+// ([a-z0-9_-]{1,64}) whole. The job decoder, the configuration and the gate all apply this one rule.
+func ValidProvider(name string) bool { return providerName.MatchString(name) }
 
 // Key is the idempotency key every attempt of the job carries: IdempotencyKey, or the id.
 func (j *Job) Key() string {

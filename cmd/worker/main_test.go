@@ -98,7 +98,7 @@ func TestCheckConfig(t *testing.T) {
 		!strings.Contains(r.stdout, "8 handlers fill it while a request takes under 82ms") {
 		t.Fatalf("prefetch below concurrency: exit %d, want %q:\n%s", r.code, want, r.stdout)
 	}
-	r = worker(t, nil, "check-config", "--config", "../../config/testdata/bad_values.yaml")
+	r = worker(t, nil, "check-config", "--config", "../../testdata/config/bad_values.yaml")
 	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "providers.acme.limits[0].per: must be > 0, got 0s") {
 		t.Fatalf("invalid config: exit %d\nstdout %q\nstderr %s", r.code, r.stdout, r.stderr)
 	}

@@ -1,0 +1,204 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/job"
+)
+
+// ValidationError lists every problem in a configuration, one per line, each starting with its field path.
+type ValidationError struct {
+	Problems []string
+}
+
+func (e *ValidationError) Error() string {
+	return "config: " + strings.Join(e.Problems, "\nconfig: ")
+}
+
+var (
+	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	resourceName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,200}$`)
+	headerName   = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$") // RFC 9110 token
+)
+
+// Validate reports every problem in c, each with its field path and the bad value.
+func (c *Config) Validate() error {
+	var p problems
+	p.check(slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level),
+		"log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	p.check(slices.Contains([]string{"json", "console"}, c.Log.Format),
+		"log.format", "must be json or console, got %q", c.Log.Format)
+	p.hostPort("http.listen", c.HTTP.Listen)
+
+	c.Redis.validate(&p)
+	p.env("redis.password_env", c.Redis.PasswordEnv, true)
+	p.check(c.Redis.DB >= 0, "redis.db", "must be >= 0, got %d", c.Redis.DB)
+	p.check(c.Redis.DB == 0 || len(c.Redis.Addrs) < 2 || c.Redis.MasterName != "",
+		"redis.db", "must be 0 with Redis Cluster (several addrs), got %d", c.Redis.DB)
+	p.check(c.Redis.KeyPrefix != "" && !strings.ContainsAny(c.Redis.KeyPrefix, "{} \t\n"),
+		"redis.key_prefix", "must be non-empty, without braces or whitespace, got %q", c.Redis.KeyPrefix)
+
+	p.check(c.Gate.Margin >= 0, "gate.margin", "must be >= 0, got %s", c.Gate.Margin)
+	p.check(c.Gate.MarginMax >= c.Gate.Margin && c.Gate.MarginMax <= time.Second, "gate.margin_max",
+		"must be gate.margin (%s)..1s, got %s", c.Gate.Margin, c.Gate.MarginMax)
+	p.check(c.Gate.WarmUpMax > 0, "gate.warmup_max", "must be > 0, got %s", c.Gate.WarmUpMax)
+
+	switch c.Broker.Kind {
+	case "rabbitmq":
+		r := c.Broker.RabbitMQ
+		p.env("broker.rabbitmq.url_env", r.URLEnv, false)
+		p.check(resourceName.MatchString(r.Exchange), "broker.rabbitmq.exchange",
+			"must be 1..200 of [A-Za-z0-9._-], got %q", r.Exchange)
+		p.check(r.Prefetch >= 1, "broker.rabbitmq.prefetch", "must be >= 1, got %d", r.Prefetch)
+		p.check(r.ConsumerTimeout > 0, "broker.rabbitmq.consumer_timeout", "must be > 0 (the broker's consumer_timeout), got %s", r.ConsumerTimeout)
+		if r.TLSCAFile != "" {
+			if _, err := caPool("broker.rabbitmq.tls_ca_file", r.TLSCAFile); err != nil {
+				p = append(p, err.Error())
+			}
+		}
+	case "kafka":
+		k := c.Broker.Kafka
+		p.check(len(k.Brokers) > 0, "broker.kafka.brokers", "must list at least one host:port")
+		for i, b := range k.Brokers {
+			p.hostPort(fmt.Sprintf("broker.kafka.brokers[%d]", i), b)
+		}
+		p.check(k.Group != "", "broker.kafka.group", "must be non-empty")
+		p.check(resourceName.MatchString(k.TopicPrefix), "broker.kafka.topic_prefix",
+			"must be 1..200 of [A-Za-z0-9._-], got %q", k.TopicPrefix)
+		p.check(k.Partitions >= 1, "broker.kafka.partitions", "must be >= 1, got %d", k.Partitions)
+		p.check(k.ReplicationFactor >= 1, "broker.kafka.replication_factor", "must be >= 1, got %d", k.ReplicationFactor)
+	default:
+		p.add("broker.kind", "must be rabbitmq or kafka, got %q", c.Broker.Kind)
+	}
+
+	w := c.Worker
+	p.check(w.Concurrency >= 1, "worker.concurrency", "must be >= 1, got %d", w.Concurrency)
+	p.check(w.MaxInlineWait >= 0, "worker.max_inline_wait", "must be >= 0, got %s", w.MaxInlineWait)
+	p.check(w.MaxAttempts >= 1, "worker.max_attempts", "must be >= 1, got %d", w.MaxAttempts)
+	p.check(w.MaxDeferralAge > 0, "worker.max_deferral_age", "must be > 0, got %s", w.MaxDeferralAge)
+	p.check(w.ShutdownTimeout > 0, "worker.shutdown_timeout", "must be > 0, got %s", w.ShutdownTimeout)
+	p.check(len(w.DelayTiers) > 0, "worker.delay_tiers", "must list at least one delay")
+	for i, d := range w.DelayTiers {
+		switch {
+		case d < time.Millisecond:
+			p.add(fmt.Sprintf("worker.delay_tiers[%d]", i), "must be >= 1ms, got %s", d)
+		case i > 0 && d <= w.DelayTiers[i-1]:
+			p.add(fmt.Sprintf("worker.delay_tiers[%d]", i), "must be longer than the tier before (%s), got %s", w.DelayTiers[i-1], d)
+		}
+	}
+
+	p.check(len(c.Providers) > 0, "providers", "must configure at least one provider")
+	for _, name := range c.ProviderNames() {
+		c.Providers[name].validate(&p, "providers."+name, name, c.Gate.Margin)
+	}
+	if len(p) > 0 {
+		return &ValidationError{Problems: p}
+	}
+	return nil
+}
+
+func (pr Provider) validate(p *problems, path, name string, margin time.Duration) {
+	p.check(job.ValidProvider(name), path, "provider name must match %s, got %q", job.ProviderPattern, name)
+	if u, err := url.Parse(pr.URL); pr.URL == "" {
+		p.add(path+".url", "required: the provider's API, an absolute http or https URL")
+	} else {
+		p.check(err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "",
+			path+".url", "must be an absolute http or https URL, got %q", pr.URL)
+	}
+	p.check(pr.Timeout > 0, path+".timeout", "must be > 0, got %s", pr.Timeout)
+	p.check(slices.Contains(Algorithms, pr.Algorithm), path+".algorithm", "unknown algorithm %q (supported: %s)", pr.Algorithm, strings.Join(Algorithms, ", "))
+	switch {
+	case pr.Buckets != 0 && pr.Algorithm != string(gate.SlidingWindow):
+		p.add(path+".buckets", "only for algorithm sliding_window (this provider uses %s), got %d", pr.Algorithm, pr.Buckets)
+	case pr.Buckets != 0 && (pr.Buckets < 1 || pr.Buckets > gate.MaxBuckets):
+		p.add(path+".buckets", "must be 1..%d, got %d", gate.MaxBuckets, pr.Buckets)
+	}
+	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
+	seen := map[time.Duration]int{} // by the µs, as the gate counts windows
+	for i, l := range pr.Limits {
+		lp := fmt.Sprintf("%s.limits[%d]", path, i)
+		p.check(l.Requests >= 1, lp+".requests", "must be >= 1, got %d", l.Requests)
+		p.check(pr.Algorithm != string(gate.SlidingLog) || l.Requests <= gate.MaxSlidingLogLimit, lp+".requests",
+			"must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window or gcra for larger budgets), got %d", gate.MaxSlidingLogLimit, l.Requests)
+		switch {
+		case l.Per <= 0:
+			p.add(lp+".per", "must be > 0, got %s", l.Per)
+		case l.Per < time.Millisecond:
+			p.add(lp+".per", "must be >= 1ms, got %s", l.Per)
+		case l.Per > gate.MaxWindow:
+			p.add(lp+".per", "must be <= %s (366 days), got %s", gate.MaxWindow, l.Per)
+		case margin >= l.Per:
+			p.add(lp+".per", "must be longer than gate.margin (%s), got %s", margin, l.Per)
+		}
+		µs := (l.Per + time.Microsecond - 1).Truncate(time.Microsecond)
+		if j, dup := seen[µs]; dup && l.Per > 0 {
+			p.add(lp+".per", "repeats the window of limits[%d] (%s, to the µs); keep the tighter one", j, pr.Limits[j].Per)
+		}
+		seen[µs] = i
+	}
+	if valid := !slices.ContainsFunc(pr.Limits, func(l Limit) bool { return l.Requests < 1 || l.Per <= 0 }); valid && len(pr.Limits) > 0 {
+		shortest := gate.ShortestPolicy(pr.Policies()) // the limit the gate paces by
+		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Limit, path+".burst",
+			"must be 1..%d (the requests of the shortest limit, %d per %s), got %d", shortest.Limit, shortest.Limit, shortest.Window, pr.Burst)
+	}
+	p.check(slices.Contains([]string{"POST", "PUT", "PATCH"}, pr.Method), path+".method", "must be POST, PUT or PATCH, got %q", pr.Method)
+	for h := range pr.Headers {
+		p.check(headerName.MatchString(h), path+".headers."+h, "must be an HTTP header name")
+	}
+	switch {
+	case pr.AuthHeader != "" && pr.AuthEnv == "":
+		p.add(path+".auth_env", "must name the environment variable holding the %s secret", pr.AuthHeader)
+	case pr.AuthHeader == "" && pr.AuthEnv != "":
+		p.add(path+".auth_header", "must name the header that carries $%s (e.g. Authorization)", pr.AuthEnv)
+	case pr.AuthHeader != "":
+		p.check(headerName.MatchString(pr.AuthHeader), path+".auth_header", "must be an HTTP header name, got %q", pr.AuthHeader)
+		p.env(path+".auth_env", pr.AuthEnv, false)
+	}
+	p.check(headerName.MatchString(pr.IdempotencyHeader), path+".idempotency_header", "must be an HTTP header name, got %q", pr.IdempotencyHeader)
+	for i, st := range pr.RetryOn {
+		p.check(st >= 400 && st <= 499 && st != 429, fmt.Sprintf("%s.retry_on[%d]", path, i), "must be a 4xx status other than 429, got %d", st)
+	}
+	p.check(pr.RetryAfterDefault > 0, path+".retry_after_default", "must be > 0, got %s", pr.RetryAfterDefault)
+	p.check(pr.RetryAfterMax >= pr.RetryAfterDefault, path+".retry_after_max", "must be >= retry_after_default (%s), got %s", pr.RetryAfterDefault, pr.RetryAfterMax)
+}
+
+type problems []string
+
+func (p *problems) add(path, format string, args ...any) {
+	*p = append(*p, path+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *problems) check(ok bool, path, format string, args ...any) {
+	if !ok {
+		p.add(path, format, args...)
+	}
+}
+
+func (p *problems) hostPort(path, addr string) {
+	listen := path == "http.listen" // may omit the host and pick a free port
+	p.check(hostPortOK(addr, listen), path, "must be host:port with a port 1..65535, got %q", addr)
+}
+
+func hostPortOK(addr string, listen bool) bool {
+	host, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	return err == nil && perr == nil && n <= 65535 && (n >= 1 || listen && n == 0) && (host != "" || listen)
+}
+
+func (p *problems) env(path, name string, optional bool) {
+	if name == "" && optional {
+		return
+	}
+	p.check(envName.MatchString(name), path, "must name an environment variable, got %q", name)
+	if _, err := secret(name); err != nil {
+		p.add(path, "%v", err)
+	}
+}

@@ -1,10 +1,13 @@
 package consumers_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/job"
 )
 
 // Backoff: exponential from the base, capped, and jittered over the whole of [0, cap).
@@ -28,3 +31,33 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// The core invents no settings: what is derived from the configuration is derived once, by wire.Core.
+func TestNewWantsDerivedSettings(t *testing.T) {
+	d := map[string]consumers.Dispatcher{"acme": nopDispatcher{}}
+	base := consumers.Config{Concurrency: 1, MaxAttempts: 1, Providers: map[string]int64{"acme": 1}}
+	for name, mutate := range map[string]func(*consumers.Config){
+		"valid":                 nil,
+		"no backoff base":       func(c *consumers.Config) { c.BackoffBase = 0 },
+		"max below base":        func(c *consumers.Config) { c.BackoffMax = c.BackoffBase / 2 },
+		"no redis retry":        func(c *consumers.Config) { c.RedisRetry = 0 },
+		"negative backoff base": func(c *consumers.Config) { c.BackoffBase = -time.Second },
+	} {
+		c := base
+		c.BackoffBase, c.BackoffMax, c.RedisRetry = time.Second, time.Minute, time.Second
+		if mutate == nil {
+			if _, err := consumers.New(c, nil, d, nil, nil); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			continue
+		}
+		mutate(&c)
+		if _, err := consumers.New(c, nil, d, nil, nil); err == nil || !strings.Contains(err.Error(), "BackoffBase") {
+			t.Errorf("%s: New(%+v) = %v, want the settings named", name, c, err)
+		}
+	}
+}
+
+type nopDispatcher struct{}
+
+func (nopDispatcher) Dispatch(context.Context, *job.Job) error { return nil }

@@ -176,14 +176,10 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 			return nil, fmt.Errorf("consumers: no dispatcher for provider %s", p)
 		}
 	}
-	if cfg.BackoffBase <= 0 {
-		cfg.BackoffBase = time.Second
-	}
-	if cfg.BackoffMax < cfg.BackoffBase {
-		cfg.BackoffMax = max(10*time.Minute, cfg.BackoffBase)
-	}
-	if cfg.RedisRetry <= 0 {
-		cfg.RedisRetry = time.Second
+	// No defaults here: wire.Core derives these from worker.delay_tiers, in one place.
+	if cfg.BackoffBase <= 0 || cfg.BackoffMax < cfg.BackoffBase || cfg.RedisRetry <= 0 {
+		return nil, fmt.Errorf("consumers: want BackoffBase > 0, BackoffMax >= BackoffBase and RedisRetry > 0; got %s, %s, %s",
+			cfg.BackoffBase, cfg.BackoffMax, cfg.RedisRetry)
 	}
 	if log == nil {
 		log = zap.NewNop()

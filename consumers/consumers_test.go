@@ -92,6 +92,9 @@ func newHarness(t *testing.T, rdb redis.UniversalClient, cfg consumers.Config, p
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
+	if cfg.BackoffBase == 0 {
+		cfg.BackoffBase, cfg.BackoffMax, cfg.RedisRetry = time.Second, 10*time.Minute, time.Second
+	}
 	h.dispatch = dispatch
 	h.worker, err = consumers.New(cfg, l, dispatch, nil, nil)
 	if err != nil {
@@ -537,7 +540,8 @@ func TestAnnouncedPauseHoldsReservedJobs(t *testing.T) {
 			status(http.StatusTooManyRequests, "3")(w, r)
 		}})
 	b, err := consumers.New(consumers.Config{MaxInlineWait: 3 * time.Second, Concurrency: 4, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-		ShutdownTimeout: 5 * time.Second, Providers: map[string]int64{"acme": 1}}, h.gate, h.dispatch, nil, nil)
+		ShutdownTimeout: 5 * time.Second, BackoffBase: time.Second, BackoffMax: time.Minute, RedisRetry: time.Second,
+		Providers: map[string]int64{"acme": 1}}, h.gate, h.dispatch, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,7 +614,8 @@ func TestLostStateDropsSleepingReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: 3 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-		ShutdownTimeout: 5 * time.Second, LateLimit: margin / 2, Providers: map[string]int64{"acme": 1}}, l, h.dispatch, nil, nil)
+		ShutdownTimeout: 5 * time.Second, BackoffBase: time.Second, BackoffMax: time.Minute, RedisRetry: time.Second,
+		LateLimit: margin / 2, Providers: map[string]int64{"acme": 1}}, l, h.dispatch, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +686,8 @@ func TestWorkerReportsToTheMargin(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, err := consumers.New(consumers.Config{Concurrency: 4, MaxInlineWait: 3 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-		ShutdownTimeout: 5 * time.Second, LateLimit: 5 * time.Millisecond, ReportEvery: 50 * time.Millisecond, Providers: map[string]int64{"acme": 100}},
+		ShutdownTimeout: 5 * time.Second, BackoffBase: time.Second, BackoffMax: time.Minute, RedisRetry: time.Second,
+		LateLimit: 5 * time.Millisecond, ReportEvery: 50 * time.Millisecond, Providers: map[string]int64{"acme": 100}},
 		l, h.dispatch, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -190,6 +190,8 @@ func start(o Options) (*env, error) {
 		e.redisStr = "embedded (miniredis)"
 	}
 	e.cfg = &config.Config{
+		Log:   config.Log{Level: "warn", Format: "console"}, // the demo's own logger is o.Log
+		HTTP:  config.HTTP{Listen: "127.0.0.1:0"},           // no /metrics: the demo reports itself
 		Redis: config.Redis{Addrs: []string{addr}, KeyPrefix: e.id},
 		Gate:  config.Gate{Margin: margin, MarginMax: marginMax, WarmUp: true, WarmUpMax: time.Minute},
 		Worker: config.Worker{Concurrency: concurrency, MaxInlineWait: maxInlineWait, MaxAttempts: 8, MaxDeferralAge: time.Hour,
@@ -199,7 +201,8 @@ func start(o Options) (*env, error) {
 	switch {
 	case o.RabbitMQ != "":
 		e.brokerKind = "rabbitmq"
-		e.cfg.Broker = config.Broker{Kind: "rabbitmq", RabbitMQ: config.RabbitMQ{URLEnv: demoAMQPURL, Exchange: e.id, Prefetch: concurrency * 2}}
+		e.cfg.Broker = config.Broker{Kind: "rabbitmq", RabbitMQ: config.RabbitMQ{URLEnv: demoAMQPURL, Exchange: e.id, Prefetch: concurrency * 2,
+			ConsumerTimeout: 30 * time.Minute}}
 		e.census = func(ctx context.Context) (*census, error) { return rabbitCensus(ctx, o.RabbitMQ, e.cfg, e.secret) }
 	default:
 		brokers := o.Kafka
@@ -233,6 +236,9 @@ func start(o Options) (*env, error) {
 			cfg.Limits = append(cfg.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
 		}
 		e.cfg.Providers[p.Name] = cfg.WithDefaults() // paced, as a worker run with this provider's defaults is
+	}
+	if err := e.cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("demo: its configuration: %w", err)
 	}
 	ok = true
 	return e, nil

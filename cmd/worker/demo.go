@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/term"
 
 	"github.com/paygate/paygate/demo"
 )
@@ -98,12 +99,8 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// isTerminal reports whether w is a character device (a terminal), without a dependency.
+// isTerminal reports whether w is a terminal (not merely a character device: /dev/null is one too).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }

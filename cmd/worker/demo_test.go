@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -81,5 +83,20 @@ func TestDemoBadFlags(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "demo") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, r.code, r.stderr)
 		}
+	}
+}
+
+// The progress bars redraw in place only on a terminal: /dev/null is a character device, not one.
+func TestIsTerminal(t *testing.T) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if isTerminal(null) {
+		t.Error("/dev/null taken for a terminal")
+	}
+	if isTerminal(io.Discard) {
+		t.Error("a non-file writer taken for a terminal")
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/paygate/paygate/internal/testenv"
 )
 
 var binary string // the worker binary, built once by TestMain
@@ -67,7 +69,7 @@ func testConfig(t *testing.T, providers string) (path string) {
 	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	body := fmt.Sprintf("redis:\n  addrs: [%q]\n  key_prefix: cli-%s\nproviders:\n%s", envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379"), hex.EncodeToString(b[:]), providers)
+	body := fmt.Sprintf("redis:\n  addrs: [%q]\n  key_prefix: cli-%s\nproviders:\n%s", testenv.RedisAddr(), hex.EncodeToString(b[:]), providers)
 	path = filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)

@@ -671,7 +671,6 @@ func TestWorkerReportsToTheMargin(t *testing.T) {
 	h := newHarness(t, rdb, consumers.Config{}, provider{name: "acme", limits: []gate.Policy{{Limit: 100, Window: time.Second}},
 		handler: func(w http.ResponseWriter, r *http.Request) {
 			if calls.Add(1) == 25 { // after enough wake-ups for a report
-
 				status(http.StatusTooManyRequests, "1")(w, r)
 				return
 			}
@@ -709,8 +708,11 @@ func TestWorkerReportsToTheMargin(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if calls.Load() != 25 {
-		t.Fatalf("%d requests, want 25 (settled %+v)", calls.Load(), h.broker.Settled())
+	// The pause holds every job that checks it after the 429 is read. Those of the other three handlers
+	// already past that check (their slots came while the 429 was on its way back, 10ms apart: on a loaded
+	// machine one may) still go: at most Concurrency-1 more.
+	if n := calls.Load(); n < 25 || n > 25+3 {
+		t.Fatalf("%d requests, want 25 and at most 3 more already under way (settled %+v)", n, h.broker.Settled())
 	}
 	st, err := l.ReadMargin(context.Background(), "acme")
 	if err != nil || st.Margin != 20*time.Millisecond || !strings.HasPrefix(st.Why, "throttled") {

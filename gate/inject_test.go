@@ -78,7 +78,8 @@ func TestFailedDecisionWritesNothing(t *testing.T) {
 					t.Fatalf("b %v, released %d units", bv, n)
 				}
 				time.Sleep(time.Second) // past the pace the jobs above ran up
-				if c := reserve(l, "c", 1, 0, 0); c[0] != int64(1) {
+				// Within 2ms: fixed_window gives no slot in the last margin of a window, and c may land there.
+				if c := reserve(l, "c", 1, 2000, 0); c[0] != int64(1) {
 					t.Fatalf("c: %v", c)
 				}
 				time.Sleep(5 * time.Millisecond)

@@ -1,6 +1,6 @@
 // Command worker is paygate's single binary: the worker itself and the operator tools around it.
 //
-//	worker demo         [--duration D] [--workers N] [--jobs N] [--json] [--redis ADDR] [--rabbitmq URL | --kafka BROKERS]
+//	worker demo         [--duration D] [--workers N] [--jobs N] [--json] [--verbose] [--redis ADDR] [--rabbitmq URL | --kafka BROKERS]
 //	worker run          --config FILE
 //	worker enqueue      --config FILE (--provider NAME --count N [--cost C] [--rate R] | --file jobs.jsonl)
 //	worker check-config --config FILE

@@ -63,7 +63,9 @@ func TestFailedDecisionWritesNothing(t *testing.T) {
 					return decide("release "+id, l, "release", id, 1, slot, 0, 0).(int64)
 				}
 				const wait = int64(10 * time.Second / time.Microsecond)
-				if r := reserve(warm, "first", 1, wait, 0); r[7] != int64(1) {
+				// Held by the warm-up (1.001s). fixed_window gives no slot in the last margin of a window: when the
+				// warm-up ends there (about 1 run in 1000), the slot is the next window's start, not flagged paused.
+				if r := reserve(warm, "first", 1, wait, 0); r[7] != int64(1) && !(algo == gate.FixedWindow && r[0] == int64(1) && r[2].(int64) > 1_001_000) {
 					t.Fatalf("first decision: %v, want held by the warm-up", r)
 				}
 				a := reserve(l, "a", 2, wait, 0)

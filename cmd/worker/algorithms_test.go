@@ -24,8 +24,8 @@ import (
 // The buckets (token_bucket, gcra) refill a unit every 600ms, and a leaky bucket leaks one: had the eight
 // processes started over more than about half a second, a sixth would rightly be admitted. So each process
 // is started behind a gate (a shell blocked on reading its stdin, which then execs the worker: still eight
-// worker processes), and all are released at once. The default 10ms margin applies: a token bucket's burst
-// is then L*W/(W+m), so its fifth unit is reserved 10ms after the first four, within --max-wait 100ms; the
+// worker processes), and all are released at once. The default 20ms margin applies: a token bucket's burst
+// is then L*W/(W+m), so its fifth unit is reserved 20ms after the first four, within --max-wait 100ms; the
 // sixth is 612ms out. The leaky bucket admits into its queue, so its calls may wait for their place
 // (--max-wait 3s): its queue of 5 is what admits exactly 5. Fixed windows are calendar windows: the
 // processes are released just after a 3s boundary of the Redis clock, so that all eight fall in one.
@@ -122,11 +122,14 @@ func parseTime(t *testing.T, s string) time.Time {
 // usage error naming it.
 func TestGateTryForce(t *testing.T) {
 	tb := testConfig(t, strings.Replace(fivePer3s, "    timeout: 10s\n", "    timeout: 10s\n    algorithm: token_bucket\n", 1))
-	for i := range 5 {
-		worker(t, nil, "gate", "try", "--config", tb, "--provider", "acme", "--id", fmt.Sprint("fill-", i))
-	}
+	// One job of cost 5 empties the bucket (and runs the pace 3s ahead): the next try is denied however
+	// slowly the processes start (five tries of cost 1 had to finish within one refill, 604ms).
 	var v tryVerdict
-	r := worker(t, nil, "gate", "try", "--config", tb, "--provider", "acme", "--id", "denied")
+	r := worker(t, nil, "gate", "try", "--config", tb, "--provider", "acme", "--id", "fill", "--cost", "5")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil || !v.Allowed {
+		t.Fatalf("cost 5 on a full bucket: exit %d %s %s", r.code, r.stdout, r.stderr)
+	}
+	r = worker(t, nil, "gate", "try", "--config", tb, "--provider", "acme", "--id", "denied")
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil || v.Allowed {
 		t.Fatalf("empty bucket: exit %d %s", r.code, r.stdout)
 	}

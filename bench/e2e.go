@@ -43,6 +43,7 @@ func (openGate) Release(context.Context, string, string, int64, time.Time) (int6
 }
 func (openGate) Pause(context.Context, string, time.Time) error { return nil }
 func (openGate) Sent(context.Context, string, string) error     { return nil }
+func (openGate) Land(context.Context, string, string) error     { return nil }
 func (openGate) ReportLateness(context.Context, string, string, time.Duration) (gate.MarginState, error) {
 	return gate.MarginState{}, nil
 }

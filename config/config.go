@@ -126,6 +126,10 @@ type Provider struct {
 	// limit (which turns pacing off for it). Longer windows, and a shortest window over 1m, are quotas:
 	// counted exactly, never paced.
 	Burst int64 `mapstructure:"burst"`
+	// MaxInFlight caps this provider's requests in flight across the whole fleet (0, the default: no
+	// cap). Each dispatch holds a lease, taken with its slot and ended when its request ends; a dead
+	// worker's lapse after the provider's timeout plus a slack (gate.Provider.MaxInFlight).
+	MaxInFlight int64 `mapstructure:"max_in_flight"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
@@ -150,6 +154,7 @@ const (
 	DefaultAlgorithm         = string(gate.SlidingLog)
 	DefaultBuckets           = gate.DefaultBuckets // sliding_window's sub-windows per limit window
 	DefaultBurst             = 1                   // paced: one unit at a time
+	MaxInFlight              = 100_000             // providers.<name>.max_in_flight at most
 	DefaultIdempotencyHeader = "Idempotency-Key"
 	DefaultRetryAfter        = time.Second
 	DefaultRetryAfterMax     = time.Hour

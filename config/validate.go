@@ -149,6 +149,8 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Limit, path+".burst",
 			"must be 1..%d (the requests of the shortest limit, %d per %s), got %d", shortest.Limit, shortest.Limit, shortest.Window, pr.Burst)
 	}
+	p.check(pr.MaxInFlight >= 0 && pr.MaxInFlight <= MaxInFlight, path+".max_in_flight",
+		"must be 0 (no cap)..%d, got %d", MaxInFlight, pr.MaxInFlight)
 	p.check(slices.Contains([]string{"POST", "PUT", "PATCH"}, pr.Method), path+".method", "must be POST, PUT or PATCH, got %q", pr.Method)
 	for h := range pr.Headers {
 		p.check(headerName.MatchString(h), path+".headers."+h, "must be an HTTP header name")

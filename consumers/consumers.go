@@ -9,6 +9,9 @@
 //	older than max_deferral_age      -> dead letter ("deferral-age")
 //	gate denies (slot > max wait)    -> waits RetryAfter in-process and asks again while those waits
 //	                                    total at most max wait; then deferred by RetryAfter (not an attempt)
+//	in-flight cap full (InFlight)    -> as a denial, but asks again as soon as a lease ends (NoteLanded);
+//	                                    the lease an admission takes is ended (Land) once its request ends
+//	                                    or the job gives the admission up
 //	gate unreachable                 -> deferred (fail closed, never dispatched unguarded)
 //	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
 //	  since it was reserved (NotePause)
@@ -119,6 +122,9 @@ type Gate interface {
 	ReportLateness(ctx context.Context, provider, reporter string, p99 time.Duration) (gate.MarginState, error)
 	// ReportThrottle tells the gate the provider throttled a request admitted on time.
 	ReportThrottle(ctx context.Context, provider, reporter string) (gate.MarginState, error)
+	// Land ends an in-flight lease (gate.Verdict.Lease; "" is nothing to end) once the request ended or
+	// the admission was given up.
+	Land(ctx context.Context, provider, lease string) error
 }
 
 // Dispatcher hands a job to one provider (providers.Client).
@@ -158,12 +164,13 @@ type Worker struct {
 	redisLog   *throttledLog
 	lateLog    *throttledLog
 	mu         sync.Mutex
-	pausedTill map[string]time.Time // the pauses this process set (local clock), checked before every dispatch
-	announced  map[string]time.Time // the end of the latest pause any worker set (Redis clock; NotePause)
-	lostAt     map[string]time.Time // the latest loss of a provider's gate state (Redis clock; NoteLoss)
-	brokeAt    time.Time            // the latest loss of the watch's connection (local clock; NoteDisconnect)
-	id         string               // this worker, to the gate's margin
-	late       map[string]*lateness // each provider's recent wake-ups, for ReportLateness
+	pausedTill map[string]time.Time     // the pauses this process set (local clock), checked before every dispatch
+	announced  map[string]time.Time     // the end of the latest pause any worker set (Redis clock; NotePause)
+	lostAt     map[string]time.Time     // the latest loss of a provider's gate state (Redis clock; NoteLoss)
+	brokeAt    time.Time                // the latest loss of the watch's connection (local clock; NoteDisconnect)
+	id         string                   // this worker, to the gate's margin
+	late       map[string]*lateness     // each provider's recent wake-ups, for ReportLateness
+	landed     map[string]chan struct{} // closed (and replaced) when a provider's in-flight lease ends
 }
 
 // New returns a worker. metrics may be nil.
@@ -189,7 +196,8 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{},
-		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}, id: workerID(), late: newLateness(cfg.Providers)}, nil
+		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}, id: workerID(), late: newLateness(cfg.Providers),
+		landed: map[string]chan struct{}{}}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -266,6 +274,10 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	var v gate.Verdict
 	gid := GateID(j.ID, s.attempt)
+	// The in-flight lease the admission holds (gate.Verdict.Lease; asking again keeps it), ended when the
+	// request ends or, on every other way out, when the job gives its admission up.
+	var lease string
+	defer func() { w.land(ctx, provider, &lease) }()
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
 	for try := 1; ; try++ {
 		var err error
@@ -274,18 +286,23 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		answered := time.Now()
 		// Denied, but the slot is only just beyond max wait: wait here and ask again rather than send the
 		// job round a delay tier. A deferral costs a broker round trip, and frees the handler to take the
-		// next job only to be denied too: a backlog deeper than max wait went round the tiers whole.
+		// next job only to be denied too: a backlog deeper than max wait went round the tiers whole. Held
+		// back by the in-flight cap, the job asks again as soon as a lease ends (or after RetryAfter).
 		for err == nil && !v.Allowed && denials+v.RetryAfter <= w.cfg.MaxInlineWait {
 			w.metrics.decisions.WithLabelValues(provider, "denied").Inc()
-			if !Sleep(ctx, v.RetryAfter) {
+			began := time.Now()
+			if !w.waitDenied(ctx, provider, v) {
 				s.requeue(ctx) // shutting down: the job goes back untouched
 				return
 			}
-			denials += v.RetryAfter
-			s.waited += v.RetryAfter
+			denials += time.Since(began)
+			s.waited += time.Since(began)
 			asked = time.Now()
 			v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
 			answered = time.Now()
+		}
+		if err == nil && v.Allowed {
+			lease = v.Lease
 		}
 		if !w.admitted(ctx, &s, v, err) {
 			return
@@ -357,6 +374,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	start := time.Now()
 	err = w.dispatch[provider].Dispatch(ctx, j)
+	w.land(ctx, provider, &lease) // the request has ended: the next job held back by the cap may go
 	outcome := providers.OutcomeOf(err)
 	w.metrics.dispatch.WithLabelValues(provider, string(outcome)).Observe(time.Since(start).Seconds())
 	var thr *providers.Throttled
@@ -518,6 +536,55 @@ func (w *Worker) NoteDisconnect(at time.Time) {
 	if at.After(w.brokeAt) {
 		w.brokeAt = at
 	}
+}
+
+// NoteLanded is told when any worker ended an in-flight lease of provider (gate.Limiter.Watch): jobs held
+// back by its cap ask again at once.
+func (w *Worker) NoteLanded(provider string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.landed[provider]; ok {
+		close(ch)
+		delete(w.landed, provider)
+	}
+}
+
+// waitDenied waits out a denial: its RetryAfter, or for a job held back by the in-flight cap, until a
+// lease of the provider ends if that comes first. False when ctx ended.
+func (w *Worker) waitDenied(ctx context.Context, provider string, v gate.Verdict) bool {
+	if !v.InFlight {
+		return Sleep(ctx, v.RetryAfter)
+	}
+	w.mu.Lock()
+	ch, ok := w.landed[provider]
+	if !ok {
+		ch = make(chan struct{})
+		w.landed[provider] = ch
+	}
+	w.mu.Unlock()
+	t := time.NewTimer(v.RetryAfter)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// land ends the in-flight lease *lease, if any (best effort: a lease not ended lapses by itself after the
+// provider's timeout plus a slack, holding one of the cap's places meanwhile).
+func (w *Worker) land(ctx context.Context, provider string, lease *string) {
+	if *lease == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleTimeout)
+	defer cancel()
+	if err := w.gate.Land(ctx, provider, *lease); err != nil {
+		w.redisLog.warn(w.log, "could not end an in-flight lease: it lapses by itself", zap.String("provider", provider), zap.Error(err))
+	}
+	*lease = ""
 }
 
 // lost reports whether the slot of v, asked for at asked, may belong to a gate state that was lost since.

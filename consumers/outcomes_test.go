@@ -34,6 +34,12 @@ type answer struct {
 }
 
 func allow(delay time.Duration) answer { return answer{v: gate.Verdict{Allowed: true, Delay: delay}} }
+func leased(delay time.Duration, lease string) answer {
+	return answer{v: gate.Verdict{Allowed: true, Delay: delay, Lease: lease}}
+}
+func full(retryAfter time.Duration) answer { // the in-flight cap is full
+	return answer{v: gate.Verdict{RetryAfter: retryAfter, InFlight: true, Limit: gate.Policy{Limit: 1, Window: time.Minute}}}
+}
 func deny(retryAfter time.Duration) answer {
 	return answer{v: gate.Verdict{RetryAfter: retryAfter, Limit: gate.Policy{Limit: 1, Window: time.Minute}}}
 }
@@ -64,6 +70,8 @@ type fakeGate struct {
 	paused    []time.Time // the pauses' ends
 	sent      []string
 	throttles int
+	landed    []string // the leases ended
+	landedAt  []time.Time
 }
 
 func (g *fakeGate) Reserve(_ context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
@@ -106,6 +114,13 @@ func (g *fakeGate) Sent(_ context.Context, provider, jobID string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sent = append(g.sent, jobID)
+	return nil
+}
+
+func (g *fakeGate) Land(_ context.Context, provider, lease string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.landed, g.landedAt = append(g.landed, lease), append(g.landedAt, time.Now())
 	return nil
 }
 
@@ -152,7 +167,7 @@ type settled struct {
 
 // calls counts what the core asked of the gate and the provider.
 type calls struct {
-	reserve, release, pause, throttle, sent, dispatch int
+	reserve, release, pause, throttle, sent, dispatch, land int
 }
 
 func TestOutcomes(t *testing.T) {
@@ -313,6 +328,29 @@ func TestOutcomes(t *testing.T) {
 			calls: calls{reserve: 1, dispatch: 1}},
 
 		// permanent failure (4xx) -> dead letter ("permanent")
+
+		// in-flight cap (gate.Verdict.InFlight) -> waits for a lease to end (NoteLanded) or RetryAfter, within
+		// max wait; the lease an admission holds is ended once the request ends, or when the job gives the
+		// admission up
+		{name: "in-flight cap full: waits, asks again, sent; its lease ended after the request",
+			gate: []answer{full(10 * time.Millisecond), leased(0, "L")}, want: []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, dispatch: 1, land: 1},
+			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
+				if g.landed[0] != "L" || g.landedAt[0].Before(p.at[0]) {
+					t.Errorf("landed %v at %v, dispatched at %v: want lease L ended after the request", g.landed, g.landedAt, p.at)
+				}
+			}},
+		{name: "in-flight cap full beyond max wait: deferred, nothing held", gate: []answer{full(30 * time.Millisecond)},
+			want:  []settled{{kind: "defer", after: 30 * time.Millisecond, why: "no slot within"}},
+			calls: calls{reserve: 1}},
+		{name: "a leased job woke late every time: deferred, its lease ended", late: time.Nanosecond, gate: []answer{leased(0, "L")},
+			want:  []settled{{kind: "defer", after: redisRetry, why: "woke"}},
+			calls: calls{reserve: 3, release: 3, land: 1}},
+		{name: "a leased job whose slot falls in a pause: deferred, its lease ended",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 20 * time.Millisecond, Lease: "L"},
+				during: func(w *consumers.Worker, v gate.Verdict) { w.NotePause("acme", v.Slot().Add(time.Second)) }}},
+			want:  []settled{{kind: "defer", after: time.Second, slack: 100 * time.Millisecond, why: "paused"}},
+			calls: calls{reserve: 1, release: 1, land: 1}},
 		{name: "permanent: dead letter", attempt: 1, provider: []error{refused},
 			want:  []settled{{kind: "dead", reason: consumers.ReasonPermanent, attempt: 2, why: "422"}},
 			calls: calls{reserve: 1, dispatch: 1}},
@@ -377,7 +415,7 @@ func TestOutcomes(t *testing.T) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if c := (calls{reserve: len(g.reserved), release: len(g.released), pause: len(g.paused), throttle: g.throttles,
-				sent: len(g.sent), dispatch: len(p.jobs)}); c != tt.calls {
+				sent: len(g.sent), dispatch: len(p.jobs), land: len(g.landed)}); c != tt.calls {
 				t.Errorf("calls %+v, want %+v", c, tt.calls)
 			}
 			// Every reservation is the job's, for its attempt, at its cost and the max wait; every release
@@ -398,5 +436,50 @@ func TestOutcomes(t *testing.T) {
 				tt.check(t, g, p)
 			}
 		})
+	}
+}
+
+// A job held back by the in-flight cap asks again as soon as a lease ends (NoteLanded), not at its
+// RetryAfter.
+func TestInFlightWaitWakesOnLanding(t *testing.T) {
+	g := &fakeGate{clock: time.Unix(1_700_000_000, 0)}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-stopped }()
+	g.answers = []answer{{v: gate.Verdict{RetryAfter: 4 * time.Second, InFlight: true}, during: func(w *consumers.Worker, _ gate.Verdict) {
+		go func() {
+			defer close(stopped)
+			for { // until the job waits (a landing before that wakes nobody) and is done
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+					w.NoteLanded("acme")
+				}
+			}
+		}()
+	}}, leased(0, "L")}
+	p := &fakeProvider{}
+	w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: 5 * time.Second, MaxAttempts: 5, MaxDeferralAge: time.Hour,
+		ShutdownTimeout: time.Second, BackoffBase: time.Second, BackoffMax: time.Minute, RedisRetry: time.Second,
+		Providers: map[string]int64{"acme": 10}}, g, map[string]consumers.Dispatcher{"acme": p}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.w = w
+	b := memory.New(1, "acme")
+	if err := b.PublishAged("acme", []byte(`{"id":"pay-1","provider":"acme","amount":1,"currency":"EUR"}`), 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deliveries, err := b.Consume(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	w.Handle(ctx, "acme", <-deliveries)
+	// Not a timing benchmark: woken by the landing it asks again within tens of ms; without, after 4s.
+	if took := time.Since(began); took >= 4*time.Second || len(p.jobs) != 1 || len(g.reserved) != 2 {
+		t.Fatalf("took %v, %d dispatches, %d reservations: want woken by the landing, asked again, sent", took, len(p.jobs), len(g.reserved))
 	}
 }

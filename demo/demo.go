@@ -416,6 +416,10 @@ func (c countingGate) ReportThrottle(ctx context.Context, provider, reporter str
 	return c.g.ReportThrottle(ctx, provider, reporter)
 }
 
+func (c countingGate) Land(ctx context.Context, provider, lease string) error {
+	return c.g.Land(ctx, provider, lease) // the demo's providers have no in-flight cap: never a call
+}
+
 func (c countingGate) Pause(ctx context.Context, provider string, until time.Time) error {
 	c.st.call(provider, gate.Verdict{}, false)
 	return c.g.Pause(ctx, provider, until)

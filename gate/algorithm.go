@@ -60,6 +60,13 @@ type Provider struct {
 	// steady stream. At most the limit of the shortest window. Longer windows, and a shortest one longer
 	// than MaxPacedWindow, are quotas: counted exactly, never paced.
 	Burst int64
+	// MaxInFlight caps the provider's requests in flight across every worker (0: no cap). Each admission
+	// takes a lease in the same step as its slot (Verdict.Lease); Land ends it when the request ends. A
+	// full cap denies with Verdict.InFlight, spending nothing. A duplicate let go takes a lease of its own.
+	MaxInFlight int64
+	// Lease is how long after its slot a lease lapses by itself, so that a worker that died holding one
+	// (kill -9) cannot leak it: the provider's request timeout plus a slack. Required with MaxInFlight.
+	Lease time.Duration
 }
 
 // MaxSlidingLogLimit is the largest limit SlidingLog takes: it keeps one sorted-set member per unit of cost

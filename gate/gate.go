@@ -43,6 +43,7 @@ var (
 	pauseScript  = redis.NewScript(lua.Pause)
 	marginScript = redis.NewScript(lua.Margin)
 	sentScript   = redis.NewScript(lua.Sent)
+	landScript   = redis.NewScript(lua.Land)
 )
 
 // The reply of a reserve, index by index, as family.lua's header documents it.
@@ -58,6 +59,8 @@ const (
 	replyAdmittedAt
 	replyMoved
 	replyResetAfter
+	replyInFlight
+	replyLease
 	replyLen
 )
 
@@ -66,6 +69,7 @@ const (
 	statusNow = iota
 	statusPausedUntil
 	statusUnits
+	statusLeases
 	statusHead
 )
 
@@ -186,12 +190,14 @@ type provider struct {
 	script   *redis.Script // family.lua with the algorithm's part
 	policies []Policy
 	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, pace, epoch
-	// ARGV[13..]: limit, window µs per policy (ARGV[7..12] follow the margin in force: provider.argv)
+	// ARGV[15..]: limit, window µs per policy (ARGV[7..14]: provider.appendArgv)
 	policyArgs []any
-	warmup     int64 // µs; 0: off
-	minLimit   int64
-	dedup      int64 // µs: an admitted id is remembered, and the log kept, this long after its slot
-	buckets    int
+	// maxFlight is Provider.MaxInFlight (0: no cap); lease its Lease in µs
+	maxFlight, lease int64
+	warmup           int64 // µs; 0: off
+	minLimit         int64
+	dedup            int64 // µs: an admitted id is remembered, and the log kept, this long after its slot
+	buckets          int
 	// burst is Provider.Burst (0: not paced); paced is the policy the pace follows
 	burst int64
 	paced Policy
@@ -202,10 +208,10 @@ type provider struct {
 }
 
 // appendArgv appends ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace,
-// tolerance, then the policies.
+// tolerance, max in flight, lease, then the policies.
 func (p provider) appendArgv(argv []any, m int64) []any {
 	pace, tolerance := p.paceAt(m)
-	return append(append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance), p.policyArgs...)
+	return append(append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance, p.maxFlight, p.lease), p.policyArgs...)
 }
 
 // paceAt is the pace and the burst tolerance in µs under margin m (0, 0: not paced).
@@ -316,6 +322,11 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	if err := checkBurst(name, policies, spec.Burst); err != nil {
 		return provider{}, err
 	}
+	if spec.MaxInFlight < 0 || (spec.MaxInFlight > 0 && (spec.Lease <= 0 || spec.Lease > MaxHorizon)) {
+		return provider{}, fmt.Errorf("gate: provider %s: max in flight must be >= 0, and with a cap the lease 1µs..%s; got %d and %s",
+			name, MaxHorizon, spec.MaxInFlight, spec.Lease)
+	}
+	p.maxFlight, p.lease = spec.MaxInFlight, micros(spec.Lease)
 	p.burst, p.paced, p.buckets = spec.Burst, ShortestPolicy(policies), buckets
 	for _, pol := range policies {
 		p.policyArgs = append(p.policyArgs, pol.Limit, micros(pol.Window))
@@ -334,8 +345,8 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	p.inForce.Store(p.floor)
 	tag := opts.Prefix + ":{" + name + "}:"
 	p.keys = keysFor(tag, algo, policies, margin, buckets)
-	shape := stateShape(tag, algo, policies, p.keys)        // the pace is not part of the counted state
-	p.keys = append(p.keys, tag+"pace", tag+"epoch:"+shape) // the pace next to last, the epoch always last
+	shape := stateShape(tag, algo, policies, p.keys)                      // the pace is not part of the counted state
+	p.keys = append(p.keys, tag+"flight", tag+"pace", tag+"epoch:"+shape) // the leases, the pace, the epoch always last
 	p.marginKeys = []string{tag + "margin", tag + "lateness"}
 	return p, nil
 }
@@ -454,7 +465,20 @@ type Verdict struct {
 	ResetAfter time.Duration
 	// Margin is the margin the decision was made with: the margin in force, as this process knew it.
 	Margin time.Duration
+	// InFlight reports a denial by the provider's in-flight cap (Provider.MaxInFlight): every lease is
+	// taken. RetryAfter is then at most FlightPoll: leases usually end long before they lapse, and Watch
+	// announces each end (LandWatcher).
+	InFlight bool
+	// Lease is the in-flight lease the admission holds ("" when the provider has no cap): give it to Land
+	// when the request ends, or when the job gives its admission up. Asking again with the same job id
+	// keeps the same lease.
+	Lease string
 }
+
+// FlightPoll bounds Verdict.RetryAfter of a denial by the in-flight cap: a lease usually ends long before
+// it lapses, and an end announced by Watch may be missed (a reconnection), so a waiting job asks again at
+// least this often.
+const FlightPoll = 250 * time.Millisecond
 
 // Slot is the moment, on the Redis clock, at which the job may be dispatched.
 func (v Verdict) Slot() time.Time { return v.Now.Add(v.Delay) }
@@ -535,11 +559,20 @@ func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost i
 	if reply[replyAdmittedAt] > 0 {
 		v.AdmittedAt = time.UnixMicro(reply[replyAdmittedAt])
 	}
+	switch reply[replyLease] {
+	case 1:
+		v.Lease = jobID
+	case 2:
+		v.Lease = jobID + dupLease
+	}
 	if !v.Allowed {
 		// Round up to the millisecond: asking again after RetryAfter must not be early.
 		v.RetryAfter = (time.Duration(reply[replyRetryAfter])*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
 		if v.RetryAfter <= 0 {
 			return Verdict{}, fmt.Errorf("gate: reserve %s/%s: denied without a retry time %v", providerName, jobID, reply)
+		}
+		if reply[replyInFlight] == 1 {
+			v.InFlight, v.RetryAfter = true, min(v.RetryAfter, FlightPoll)
 		}
 	}
 	return v, nil
@@ -716,6 +749,14 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 		if len(fields) < 2 {
 			continue
 		}
+		if len(fields) == 2 && fields[1] == "landed" { // "<provider> landed": an in-flight lease ended (land.lua)
+			if lw, ok := w.(LandWatcher); ok {
+				if _, known := l.providers[fields[0]]; known {
+					lw.NoteLanded(fields[0])
+				}
+			}
+			continue
+		}
 		var at []int64
 		for _, f := range fields[1:] {
 			n, err := strconv.ParseInt(f, 10, 64)
@@ -734,6 +775,37 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 			w.NoteLoss(fields[0], time.UnixMicro(at[1]))
 		}
 	}
+}
+
+// dupLease ends the lease member of a duplicate let go: its job id and this (family.lua).
+const dupLease = "\x00d"
+
+// Land ends an in-flight lease (Verdict.Lease): the request has ended, whatever its outcome, or the job
+// gave its admission up. The end is announced, so that jobs waiting for a lease (Verdict.InFlight) go
+// at once. A lease that had lapsed, or was ended before, is no error. An empty lease is nothing to end.
+func (l *Limiter) Land(ctx context.Context, providerName, lease string) error {
+	if lease == "" {
+		return nil
+	}
+	p, err := l.provider(providerName)
+	if err != nil {
+		return err
+	}
+	if err := checkID(strings.TrimSuffix(lease, dupLease)); err != nil {
+		return err
+	}
+	flight := p.keys[len(p.keys)-3]
+	if err := landScript.Run(ctx, l.rdb, []string{flight}, lease, l.pauses, providerName).Err(); err != nil {
+		return fmt.Errorf("gate: land %s: %w", providerName, err)
+	}
+	return nil
+}
+
+// LandWatcher is a Watcher that also hears of every in-flight lease that ends (Land), to wake the jobs
+// it holds back for one (Verdict.InFlight).
+type LandWatcher interface {
+	Watcher
+	NoteLanded(provider string)
 }
 
 func isTimeout(err error) bool {
@@ -854,8 +926,11 @@ type Status struct {
 	// Units is the number of units of cost in the log (admitted or reserved, not yet trimmed): one per job
 	// of cost 1. For the other algorithms: in the id record (jobs admitted in the last DedupWindow, and
 	// reservations).
-	Units    int64
-	Policies []PolicyStatus
+	Units int64
+	// InFlight is the number of in-flight leases standing (Provider.MaxInFlight; 0 without a cap), and
+	// MaxInFlight the cap.
+	InFlight, MaxInFlight int64
+	Policies              []PolicyStatus
 }
 
 // Algorithm returns the algorithm that counts a provider's budget.
@@ -877,7 +952,8 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 	if len(reply) != statusHead+statusPerPolicy*len(p.policies) {
 		return Status{}, fmt.Errorf("gate: status %s: malformed reply %v", providerName, reply)
 	}
-	s := Status{Provider: providerName, Now: time.UnixMicro(reply[statusNow]), Units: reply[statusUnits]}
+	s := Status{Provider: providerName, Now: time.UnixMicro(reply[statusNow]), Units: reply[statusUnits],
+		InFlight: reply[statusLeases], MaxInFlight: p.maxFlight}
 	if reply[statusPausedUntil] > 0 {
 		s.PausedUntil = time.UnixMicro(reply[statusPausedUntil])
 	}

@@ -27,7 +27,7 @@ func TestFailedDecisionWritesNothing(t *testing.T) {
 				if algo == gate.LeakyBucket {
 					policies = policies[:1] // it leaks the minute's 50 one per 1.2s: b's place would overflow the second's queue
 				}
-				provider := gate.Provider{Algorithm: algo, Policies: policies, Burst: 2}
+				provider := gate.Provider{Algorithm: algo, Policies: policies, Burst: 2, MaxInFlight: 20, Lease: time.Minute} // leases too: their writes are in the queue
 				warm := newAlgoOpts(t, rdb, gate.Options{Margin: time.Millisecond, WarmUp: true}, provider)
 				l := newAlgoOpts(t, rdb, gate.Options{Margin: time.Millisecond, StaleAfter: time.Millisecond}, provider)
 

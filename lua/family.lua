@@ -12,7 +12,10 @@
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
 --                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
--- KEYS[4..#KEYS-2] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[4..#KEYS-3] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (ARGV[13]): member = the job id
+--                                                (a duplicate let go: id.."\0d"), score = when the lease
+--                                                lapses (µs): its slot plus ARGV[14]. land.lua ends one
 -- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
 -- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch:<shape>  STRING when this provider's state began (µs); never
 --                                                expires. Its name also gives the warm-up's announcement
@@ -39,10 +42,15 @@
 --             max(it, s) + c * pace (a GCRA over slots), so that slots come a pace apart rather than a
 --             window's worth at one instant
 -- ARGV[12] -> tolerance µs: (burst - 1) * pace
--- ARGV[13], ARGV[14] -> limit, window µs of policy 0; ARGV[15], ARGV[16] -> policy 1; and so on
+-- ARGV[13] -> max in flight (0: no cap): reserve admits a job only while fewer than this many leases stand
+--             (unlapsed members of KEYS[#KEYS-2]), or when the job holds one already, and takes (or renews)
+--             its lease with the admission, in the same step; a cap that is full denies with in_flight 1
+-- ARGV[14] -> lease µs: a lease lapses this long after its slot (the provider's timeout plus a slack), so
+--             that a worker that died holding one gives it back by itself
+-- ARGV[15], ARGV[16] -> limit, window µs of policy 0; ARGV[17], ARGV[18] -> policy 1; and so on
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
---                  moved, reset_after_us} (gate.go names each index):
+--                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
 --   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed (but a warm-up begun)
 --   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
 --                   pause, or now, whichever is latest (denied beyond max wait). Let go, it is marked
@@ -61,10 +69,14 @@
 --                   everything stays as it was. No budget is spent twice, and whichever of the two requests
 --                   the provider counts, the record covers it: no later slot can precede the new one.
 --   reset_after_us  time until the budget is entirely unused if nothing more is admitted (algo.reset_after)
+--   in_flight       1: denied because ARGV[13] leases stand (retry_after_us: until the first lapses; one
+--                   usually ends sooner, announced by land.lua); nothing was spent
+--   lease           the lease the admission holds: 0 none (no cap), 1 the job id, 2 id.."\0d" (a duplicate)
 -- release returns the number of the id's units that left the record (0: not there, at another slot, or
 --   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
--- status returns {now_us, paused_until_us, units, used_0, reserved_0, remaining_0, reset_after_us_0, used_1, ...}
---   units = members of the id record; per policy, as algo.status says
+-- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
+--   used_1, ...}: units = members of the id record; leases = unlapsed in-flight leases; per policy, as
+--   algo.status says
 --
 -- A decision that fails writes nothing. Every check comes first (a bad argument is an error reply before
 -- anything is read), and every write goes through write(), which only queues it: the queue is applied at
@@ -94,7 +106,7 @@
 -- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
 
 local ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
-local pace_key, epoch = KEYS[#KEYS - 1], KEYS[#KEYS]
+local flight, pace_key, epoch = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
 local op, id = ARGV[1], ARGV[2]
 
 -- Every check before anything is read or written: a bad call is an error reply and changes nothing.
@@ -107,7 +119,7 @@ for i = 3, #ARGV do
   local x = tonumber(ARGV[i])
   if not x or x < 0 or x ~= math.floor(x) then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
 end
-if (#ARGV - 12) < 2 or (#ARGV - 12) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[12]; arguments', #ARGV) end
+if (#ARGV - 14) < 2 or (#ARGV - 14) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[14]; arguments', #ARGV) end
 
 local cost = tonumber(ARGV[3])
 local arg4 = tonumber(ARGV[4])
@@ -118,9 +130,10 @@ local dedup = tonumber(ARGV[8])
 local buckets = tonumber(ARGV[9])
 local warmup = tonumber(ARGV[10])
 local pace, tolerance = tonumber(ARGV[11]), tonumber(ARGV[12])
+local max_flight, lease = tonumber(ARGV[13]), tonumber(ARGV[14])
 
 local limits, windows = {}, {}
-for i = 13, #ARGV, 2 do
+for i = 15, #ARGV, 2 do
   limits[#limits + 1] = tonumber(ARGV[i])
   windows[#windows + 1] = tonumber(ARGV[i + 1])
   if limits[#limits] < 1 or windows[#windows] < 1 then return bad('limits and windows must be >= 1', ARGV[i] .. '/' .. ARGV[i + 1]) end
@@ -354,7 +367,7 @@ local function run()
     algo.load(false)
     local pause_until = tonumber(redis.call('GET', pause) or 0)
     if pause_until <= now then pause_until = 0 end
-    local reply = {now, pause_until, redis.call('ZCARD', ids)}
+    local reply = {now, pause_until, redis.call('ZCARD', ids), redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')}
     for _, s in ipairs(algo.status()) do
       for _, v in ipairs(s) do reply[#reply + 1] = v end
     end
@@ -404,14 +417,43 @@ local function run()
     local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch:')
     write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(pause_until) .. ' ' .. int(now))
   end
-  local kept = #writes -- a denial keeps the trim and the warm-up, and drops the rest
+  -- In-flight leases: the lapsed ones go (their workers died, or never ended them); a job holding one
+  -- (asking again after waking late, say) keeps it, any other needs one of the max_flight.
+  local standing = 0
+  if max_flight > 0 then
+    write('ZREMRANGEBYSCORE', flight, '-inf', int(now))
+    standing = redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')
+  end
+  local kept = #writes -- a denial keeps the trim, the warm-up and the lapsed leases' removal, and drops the rest
   local function deny(r)
     for k = #writes, kept + 1, -1 do writes[k] = nil end
     flush()
     return r
   end
-  local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved)
-    return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after()))}
+  local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
+    return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after())),
+      in_flight or 0, leased or 0}
+  end
+  -- lease_free: member holds an unlapsed lease already, or one of the max_flight is free.
+  local function lease_free(member)
+    if max_flight == 0 then return true end
+    local held = redis.call('ZSCORE', flight, member)
+    if held and tonumber(held) > now then return true end
+    return standing < max_flight
+  end
+  -- take_lease queues member's lease, lapsing at slot + lease (a lease held already is renewed).
+  local function take_lease(member, slot)
+    if max_flight == 0 then return end
+    write('ZADD', flight, int(slot + lease), member)
+    local ttl = math.ceil((slot + lease - now) / 1000) + 1000
+    if redis.call('PTTL', flight) < ttl then write('PEXPIRE', flight, int(ttl)) end
+  end
+  -- flight_full is the denial of a job the cap holds back: retry when the first lease lapses.
+  local function flight_full(dup, admitted)
+    local first = redis.call('ZRANGEBYSCORE', flight, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    local retry = math.max(1, (tonumber(first[2] or nil) or (now + 1)) - now)
+    local room, index = algo.room(now)
+    return deny(reply(0, dup, 0, retry, room, index, 0, admitted, 0, 1, 0))
   end
 
   local moved, old, token = 0, 0, nil
@@ -429,12 +471,22 @@ local function run()
     if pause_until > at then at, paused = pause_until, 1 end
     local room, index = algo.room(at)
     if at - now > max_wait then return deny(reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0)) end
+    -- Let go, a duplicate is a request of its own in flight: it needs a lease of its own.
+    local member = id .. '\0d'
+    if not lease_free(member) then return flight_full(1, prev) end
+    take_lease(member, at)
     if marked ~= '1' then mark('dup', math.max(at - now, 0) + dedup) end -- 'sent' says more: keep it
-    local r = reply(1, 1, at - now, 0, room, index, paused, prev, 0)
+    local leased = 0
+    if max_flight > 0 then leased = 2 end
+    local r = reply(1, 1, at - now, 0, room, index, paused, prev, 0, 0, leased)
     flush()
     return r
   end
 
+  if not lease_free(id) then
+    if moved == 1 then algo.take_back(token) end -- denied: the units and the entry stay where they were
+    return flight_full(0, old)
+  end
   local from = math.max(now, pause_until)
   if pace > 0 and not forced then from = math.max(from, tat - tolerance) end
   local slot, blocker, hold = from, nil, 0
@@ -463,8 +515,11 @@ local function run()
     write('SET', pace_key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
   end
   record(slot, members_of(cost))
+  take_lease(id, slot)
+  local leased = 0
+  if max_flight > 0 then leased = 1 end
   local room, index = algo.room(slot)
-  local r = reply(1, 0, wait, 0, room, blocker or index, paused, old, moved)
+  local r = reply(1, 0, wait, 0, room, blocker or index, paused, old, moved, 0, leased)
   flush()
   return r
 end

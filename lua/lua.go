@@ -24,6 +24,11 @@ var Margin string
 //go:embed sent.lua
 var Sent string
 
+// Land ends an in-flight lease and announces it.
+//
+//go:embed land.lua
+var Land string
+
 // Family is the driver every algorithm shares (input checks, ids, duplicates, moves, pause, pace,
 // warm-up, reserve, release, status): each algorithm's script is appended to it and run as one script,
 // with one KEYS/ARGV layout and one reply (see its header).

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -72,6 +73,11 @@ const (
 	Worker
 )
 
+// LeaseSlack is how long an in-flight lease outlives the provider's timeout (providers.<name>.max_in_flight):
+// a request starts up to the late limit after its slot, and ends its lease with one more round trip to
+// Redis. A worker killed while it holds a lease gives its place back this long after the timeout.
+const LeaseSlack = 2 * time.Second
+
 // Redis returns a client for the configured Redis (single node, Cluster or Sentinel).
 func Redis(c *config.Config) (redis.UniversalClient, error) {
 	opts, err := c.Redis.Options()
@@ -85,7 +91,8 @@ func Redis(c *config.Config) (redis.UniversalClient, error) {
 func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter, error) {
 	ps := make(map[string]gate.Provider, len(c.Providers))
 	for name, p := range c.Providers {
-		ps[name] = gate.Provider{Policies: p.Policies(), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst}
+		ps[name] = gate.Provider{Policies: p.Policies(), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst,
+			MaxInFlight: p.MaxInFlight, Lease: p.Timeout + LeaseSlack}
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps}
 	if role == Worker {

@@ -47,6 +47,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		if p.Buckets != 0 {
 			algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
 		}
+		if p.MaxInFlight > 0 {
+			limits = append(limits, fmt.Sprintf("%d in flight", p.MaxInFlight))
+		}
 		pace := "none (quotas only)"
 		if every := gate.PaceOf(p.Policies(), c.Gate.Margin); every > 0 {
 			pace = "every " + every.String()

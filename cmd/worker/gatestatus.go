@@ -20,11 +20,14 @@ type statusPolicy struct {
 }
 
 type statusReport struct {
-	Provider    string         `json:"provider"`
-	Algorithm   string         `json:"algorithm"`
-	Now         string         `json:"now"`
-	PausedUntil string         `json:"paused_until,omitempty"`
-	Units       int64          `json:"units"`
+	Provider    string `json:"provider"`
+	Algorithm   string `json:"algorithm"`
+	Now         string `json:"now"`
+	PausedUntil string `json:"paused_until,omitempty"`
+	Units       int64  `json:"units"`
+	// In-flight leases standing, and the cap (providers.<name>.max_in_flight; both 0 without one).
+	InFlight    int64          `json:"in_flight"`
+	MaxInFlight int64          `json:"max_in_flight"`
 	Policies    []statusPolicy `json:"policies"`
 	// The margin in force (gate.margin .. gate.margin_max), and why it is what it is.
 	MarginMs      float64 `json:"margin_ms"`
@@ -60,6 +63,7 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	rep := statusReport{Provider: st.Provider, Algorithm: string(algo), Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units,
+		InFlight: st.InFlight, MaxInFlight: st.MaxInFlight,
 		MarginMs: ms(m.Margin), MarginFloorMs: ms(m.Floor), MarginMaxMs: ms(m.Ceiling), MarginWhy: m.Why}
 	if !st.PausedUntil.IsZero() {
 		rep.PausedUntil = st.PausedUntil.UTC().Format(time.RFC3339Nano)
@@ -83,6 +87,9 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d units %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
 	fmt.Fprintf(stdout, "margin in force %s (gate.margin %s, gate.margin_max %s): %s\n", m.Margin, m.Floor, m.Ceiling, m.Why)
+	if rep.MaxInFlight > 0 {
+		fmt.Fprintf(stdout, "in flight: %d of %d leases\n", rep.InFlight, rep.MaxInFlight)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tLIMIT\tUSED\tRESERVED\tREMAINING\tRESET IN")
 	for _, p := range rep.Policies {

@@ -1,0 +1,161 @@
+package gate_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// The in-flight cap: at most MaxInFlight admissions hold a lease at once, under every algorithm; a lease
+// is taken with the admission, ended by Land, kept by the job that holds it, and a full cap spends nothing.
+func TestInFlightCap(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, algo := range gate.Algorithms {
+			t.Run(b.name+"/"+string(algo), func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				l := newAlgoOpts(t, b.rdb, gate.Options{}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(100, time.Minute)},
+					MaxInFlight: 2, Lease: time.Minute})
+				a, bv := mustReserve(t, l, "a", 1, time.Minute), mustReserve(t, l, "b", 1, time.Minute) // leaky_bucket spaces them
+				if !a.Allowed || a.Lease != "a" || !bv.Allowed || bv.Lease != "b" {
+					t.Fatalf("a %+v, b %+v: want both admitted, each with its lease", a, bv)
+				}
+				before, err := l.Status(ctx, prov)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := mustReserve(t, l, "c", 1, time.Minute)
+				if c.Allowed || !c.InFlight || c.RetryAfter <= 0 || c.RetryAfter > gate.FlightPoll || c.Lease != "" {
+					t.Fatalf("c with two leases standing: %+v, want denied by the cap, asked to retry within %s", c, gate.FlightPoll)
+				}
+				after, err := l.Status(ctx, prov)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if after.InFlight != 2 || after.MaxInFlight != 2 || after.Units != before.Units || after.Policies[0].Remaining != before.Policies[0].Remaining {
+					t.Fatalf("status after c's denial %+v, before %+v: want 2 of 2 leases and nothing spent", after, before)
+				}
+				// a asks again (woken late, say): it holds its lease and keeps it.
+				if _, err := l.Release(ctx, prov, "a", 1, a.Slot()); err != nil {
+					t.Fatal(err)
+				}
+				if again := mustReserve(t, l, "a", 1, time.Minute); !again.Allowed || again.Lease != "a" {
+					t.Fatalf("a again: %+v, want admitted on its own lease", again)
+				}
+				if err := l.Land(ctx, prov, "b"); err != nil {
+					t.Fatal(err)
+				}
+				if c := mustReserve(t, l, "c", 1, time.Minute); !c.Allowed || c.Lease != "c" {
+					t.Fatalf("c after b landed: %+v, want admitted", c)
+				}
+				if err := l.Land(ctx, prov, "b"); err != nil { // ended twice: no error, and no second place
+					t.Fatal(err)
+				}
+				if d := mustReserve(t, l, "d", 1, time.Minute); d.Allowed || !d.InFlight {
+					t.Fatalf("d with a and c in flight: %+v, want denied", d)
+				}
+			})
+		}
+	}
+}
+
+// A duplicate let go is a request of its own: it needs a lease of its own.
+func TestInFlightDuplicate(t *testing.T) {
+	ctx := context.Background()
+	l := newAlgoOpts(t, backends(t)[0].rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(100, time.Minute)}, MaxInFlight: 1, Lease: time.Minute})
+	if a := mustReserve(t, l, "a", 1, 0); !a.Allowed || a.Lease != "a" {
+		t.Fatalf("a: %+v", a)
+	}
+	if d := mustReserve(t, l, "a", 1, time.Minute); d.Allowed || !d.Duplicate || !d.InFlight {
+		t.Fatalf("a's duplicate while a is in flight at a cap of 1: %+v, want denied by the cap", d)
+	}
+	if err := l.Land(ctx, prov, "a"); err != nil {
+		t.Fatal(err)
+	}
+	d := mustReserve(t, l, "a", 1, time.Minute)
+	if !d.Allowed || !d.Duplicate || d.Lease == "" || d.Lease == "a" {
+		t.Fatalf("a's duplicate after a landed: %+v, want let go on a lease of its own", d)
+	}
+	if n := mustReserve(t, l, "n", 1, time.Minute); n.Allowed || !n.InFlight {
+		t.Fatalf("n while the duplicate is in flight: %+v, want denied", n)
+	}
+	if err := l.Land(ctx, prov, d.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if n := mustReserve(t, l, "n", 1, time.Minute); !n.Allowed {
+		t.Fatalf("n after the duplicate landed: %+v", n)
+	}
+}
+
+// A worker that dies holding a lease (kill -9) gives it back by itself: the lease lapses at its slot plus
+// Lease.
+func TestInFlightLeaseLapses(t *testing.T) {
+	l := newAlgoOpts(t, backends(t)[0].rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(100, time.Minute)}, MaxInFlight: 1, Lease: 200 * time.Millisecond})
+	if a := mustReserve(t, l, "a", 1, 0); !a.Allowed {
+		t.Fatalf("a: %+v", a)
+	}
+	b := mustReserve(t, l, "b", 1, time.Minute)
+	if b.Allowed || !b.InFlight || b.RetryAfter > 200*time.Millisecond {
+		t.Fatalf("b: %+v, want denied until a's lease lapses, within 200ms", b)
+	}
+	time.Sleep(b.RetryAfter)
+	if b := mustReserve(t, l, "b", 1, time.Minute); !b.Allowed {
+		t.Fatalf("b after a's lease lapsed: %+v", b)
+	}
+}
+
+// Watch announces every lease that ends to a LandWatcher.
+func TestWatchAnnouncesLandings(t *testing.T) {
+	rdb := backends(t)[0].rdb
+	l := newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(100, time.Minute)}, MaxInFlight: 1, Lease: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &landings{heard: make(chan string, 4)}
+	done := make(chan error, 1)
+	go func() { done <- l.Watch(ctx, rdb, w) }()
+	defer func() { cancel(); <-done }()
+	a := mustReserve(t, l, "a", 1, 0)
+	for w.subscribed() == 0 { // the first subscription is announced as a disconnect
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := l.Land(context.Background(), prov, a.Lease); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-w.heard:
+		if p != prov {
+			t.Fatalf("landed %q, want %q", p, prov)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no landing heard")
+	}
+}
+
+type landings struct {
+	heard chan string
+	mu    sync.Mutex
+	subs  int
+}
+
+func (w *landings) NotePause(string, time.Time) {}
+func (w *landings) NoteLoss(string, time.Time)  {}
+func (w *landings) NoteDisconnect(time.Time) {
+	w.mu.Lock()
+	w.subs++
+	w.mu.Unlock()
+}
+func (w *landings) NoteLanded(provider string) { w.heard <- provider }
+func (w *landings) subscribed() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.subs
+}
+
+func TestInFlightNeedsALease(t *testing.T) {
+	_, err := gate.New(backends(t)[0].rdb, gate.Options{Prefix: uniquePrefix(t), Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, time.Second)}, MaxInFlight: 2}}})
+	if err == nil {
+		t.Fatal("a cap without a lease accepted")
+	}
+}

@@ -1,0 +1,16 @@
+-- land.lua: end an in-flight lease (family.lua, ARGV[13]): the job's request has ended, whatever its
+-- outcome, or the job gave its admission up. The first job held back by the cap may then go: the landing
+-- is announced, so that workers waiting for a lease ask again at once rather than at their next poll.
+--
+-- KEYS[1] -> <prefix>:{<provider>}:flight  ZSET  the leases (see family.lua)
+--
+-- ARGV[1] -> the lease: the job id as admitted, or id.."\0d" for a duplicate let go
+-- ARGV[2] -> the announcement channel, <prefix>:pauses
+-- ARGV[3] -> the provider's name
+--
+-- Returns 1 when the lease stood (and is now ended, and announced as "<provider> landed"), else 0 (it had
+-- lapsed, or was ended before).
+
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' landed')
+return 1

@@ -274,8 +274,8 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	var v gate.Verdict
 	gid := GateID(j.ID, s.attempt)
-	// The in-flight lease the admission holds (gate.Verdict.Lease; asking again keeps it), ended when the
-	// request ends or, on every other way out, when the job gives its admission up.
+	// The in-flight lease the admission holds (gate.Verdict.Lease), ended when the request ends or when
+	// the job gives its admission up (woken late, paused, lost, shutting down).
 	var lease string
 	defer func() { w.land(ctx, provider, &lease) }()
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
@@ -345,6 +345,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 				return
 			}
 		}
+		w.land(ctx, provider, &lease) // given up: asking again takes a lease of its own
 		if try == MaxLateTries && lost {
 			s.deferFor(ctx, w.cfg.RedisRetry, "lost", errors.New("the gate's state was lost under its reservation repeatedly"))
 			return

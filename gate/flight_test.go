@@ -2,6 +2,8 @@ package gate_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ func TestInFlightCap(t *testing.T) {
 				l := newAlgoOpts(t, b.rdb, gate.Options{}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(100, time.Minute)},
 					MaxInFlight: 2, Lease: time.Minute})
 				a, bv := mustReserve(t, l, "a", 1, time.Minute), mustReserve(t, l, "b", 1, time.Minute) // leaky_bucket spaces them
-				if !a.Allowed || a.Lease != "a" || !bv.Allowed || bv.Lease != "b" {
+				if !a.Allowed || !strings.HasPrefix(a.Lease, "a\x00") || !bv.Allowed || !strings.HasPrefix(bv.Lease, "b\x00") {
 					t.Fatalf("a %+v, b %+v: want both admitted, each with its lease", a, bv)
 				}
 				before, err := l.Status(ctx, prov)
@@ -38,20 +40,17 @@ func TestInFlightCap(t *testing.T) {
 				if after.InFlight != 2 || after.MaxInFlight != 2 || after.Units != before.Units || after.Policies[0].Remaining != before.Policies[0].Remaining {
 					t.Fatalf("status after c's denial %+v, before %+v: want 2 of 2 leases and nothing spent", after, before)
 				}
-				// a asks again (woken late, say): it holds its lease and keeps it.
-				if _, err := l.Release(ctx, prov, "a", 1, a.Slot()); err != nil {
+				// a asks again (its earlier delivery may still be in flight): it needs a place of its own.
+				if again := mustReserve(t, l, "a", 1, time.Minute); again.Allowed || !again.InFlight {
+					t.Fatalf("a again, its lease standing: %+v, want denied by the cap", again)
+				}
+				if err := l.Land(ctx, prov, bv.Lease); err != nil {
 					t.Fatal(err)
 				}
-				if again := mustReserve(t, l, "a", 1, time.Minute); !again.Allowed || again.Lease != "a" {
-					t.Fatalf("a again: %+v, want admitted on its own lease", again)
-				}
-				if err := l.Land(ctx, prov, "b"); err != nil {
-					t.Fatal(err)
-				}
-				if c := mustReserve(t, l, "c", 1, time.Minute); !c.Allowed || c.Lease != "c" {
+				if c := mustReserve(t, l, "c", 1, time.Minute); !c.Allowed || !strings.HasPrefix(c.Lease, "c\x00") {
 					t.Fatalf("c after b landed: %+v, want admitted", c)
 				}
-				if err := l.Land(ctx, prov, "b"); err != nil { // ended twice: no error, and no second place
+				if err := l.Land(ctx, prov, bv.Lease); err != nil { // ended twice: no error, and no second place
 					t.Fatal(err)
 				}
 				if d := mustReserve(t, l, "d", 1, time.Minute); d.Allowed || !d.InFlight {
@@ -66,17 +65,18 @@ func TestInFlightCap(t *testing.T) {
 func TestInFlightDuplicate(t *testing.T) {
 	ctx := context.Background()
 	l := newAlgoOpts(t, backends(t)[0].rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(100, time.Minute)}, MaxInFlight: 1, Lease: time.Minute})
-	if a := mustReserve(t, l, "a", 1, 0); !a.Allowed || a.Lease != "a" {
+	a := mustReserve(t, l, "a", 1, 0)
+	if !a.Allowed || a.Lease == "" {
 		t.Fatalf("a: %+v", a)
 	}
 	if d := mustReserve(t, l, "a", 1, time.Minute); d.Allowed || !d.Duplicate || !d.InFlight {
 		t.Fatalf("a's duplicate while a is in flight at a cap of 1: %+v, want denied by the cap", d)
 	}
-	if err := l.Land(ctx, prov, "a"); err != nil {
+	if err := l.Land(ctx, prov, a.Lease); err != nil {
 		t.Fatal(err)
 	}
 	d := mustReserve(t, l, "a", 1, time.Minute)
-	if !d.Allowed || !d.Duplicate || d.Lease == "" || d.Lease == "a" {
+	if !d.Allowed || !d.Duplicate || !strings.HasPrefix(d.Lease, "a\x00d") {
 		t.Fatalf("a's duplicate after a landed: %+v, want let go on a lease of its own", d)
 	}
 	if n := mustReserve(t, l, "n", 1, time.Minute); n.Allowed || !n.InFlight {
@@ -154,8 +154,15 @@ func (w *landings) subscribed() int {
 }
 
 func TestInFlightNeedsALease(t *testing.T) {
-	_, err := gate.New(backends(t)[0].rdb, gate.Options{Prefix: uniquePrefix(t), Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, time.Second)}, MaxInFlight: 2}}})
+	rdb := backends(t)[0].rdb
+	_, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, time.Second)}, MaxInFlight: 2}}})
 	if err == nil {
 		t.Fatal("a cap without a lease accepted")
+	}
+	l := newLimiter(t, rdb, 0, pol(1, time.Second))
+	for _, bad := range []string{"a", "a\x00", "a\x00x1", "\x001"} {
+		if err := l.Land(context.Background(), prov, bad); !errors.Is(err, gate.ErrInvalid) {
+			t.Errorf("Land(%q) = %v, want an invalid lease", bad, err)
+		}
 	}
 }

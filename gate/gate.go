@@ -469,9 +469,9 @@ type Verdict struct {
 	// taken. RetryAfter is then at most FlightPoll: leases usually end long before they lapse, and Watch
 	// announces each end (LandWatcher).
 	InFlight bool
-	// Lease is the in-flight lease the admission holds ("" when the provider has no cap): give it to Land
-	// when the request ends, or when the job gives its admission up. Asking again with the same job id
-	// keeps the same lease.
+	// Lease is the in-flight lease the admission took ("" when the provider has no cap): give it to Land
+	// when the request ends, or when the job gives its admission up (before asking again: every admission
+	// takes a lease of its own).
 	Lease string
 }
 
@@ -559,11 +559,11 @@ func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost i
 	if reply[replyAdmittedAt] > 0 {
 		v.AdmittedAt = time.UnixMicro(reply[replyAdmittedAt])
 	}
-	switch reply[replyLease] {
+	switch reply[replyLease] { // family.lua's lease members
 	case 1:
-		v.Lease = jobID
+		v.Lease = jobID + "\x00" + strconv.FormatInt(reply[replyNow], 10)
 	case 2:
-		v.Lease = jobID + dupLease
+		v.Lease = jobID + "\x00d" + strconv.FormatInt(reply[replyNow], 10)
 	}
 	if !v.Allowed {
 		// Round up to the millisecond: asking again after RetryAfter must not be early.
@@ -777,9 +777,6 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 	}
 }
 
-// dupLease ends the lease member of a duplicate let go: its job id and this (family.lua).
-const dupLease = "\x00d"
-
 // Land ends an in-flight lease (Verdict.Lease): the request has ended, whatever its outcome, or the job
 // gave its admission up. The end is announced, so that jobs waiting for a lease (Verdict.InFlight) go
 // at once. A lease that had lapsed, or was ended before, is no error. An empty lease is nothing to end.
@@ -791,7 +788,11 @@ func (l *Limiter) Land(ctx context.Context, providerName, lease string) error {
 	if err != nil {
 		return err
 	}
-	if err := checkID(strings.TrimSuffix(lease, dupLease)); err != nil {
+	id, admitted, ok := strings.Cut(lease, "\x00")
+	if _, err := strconv.ParseInt(strings.TrimPrefix(admitted, "d"), 10, 64); !ok || err != nil {
+		return invalidf("gate: %q is not a lease (Verdict.Lease)", lease)
+	}
+	if err := checkID(id); err != nil {
 		return err
 	}
 	flight := p.keys[len(p.keys)-3]

@@ -13,9 +13,11 @@
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
 --                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
 -- KEYS[4..#KEYS-3] -> the algorithm's state, all with the provider's hash tag (see its file)
--- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (ARGV[13]): member = the job id
---                                                (a duplicate let go: id.."\0d"), score = when the lease
---                                                lapses (µs): its slot plus ARGV[14]. land.lua ends one
+-- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (ARGV[13]): member =
+--                                                id.."\0"..now_us of the admission that took it
+--                                                (id.."\0d"..now_us for a duplicate let go), score = when
+--                                                the lease lapses (µs): its slot plus ARGV[14]. land.lua
+--                                                ends one
 -- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
 -- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch:<shape>  STRING when this provider's state began (µs); never
 --                                                expires. Its name also gives the warm-up's announcement
@@ -43,8 +45,9 @@
 --             window's worth at one instant
 -- ARGV[12] -> tolerance µs: (burst - 1) * pace
 -- ARGV[13] -> max in flight (0: no cap): reserve admits a job only while fewer than this many leases stand
---             (unlapsed members of KEYS[#KEYS-2]), or when the job holds one already, and takes (or renews)
---             its lease with the admission, in the same step; a cap that is full denies with in_flight 1
+--             (unlapsed members of KEYS[#KEYS-2]), and takes a lease of its own with the admission, in
+--             the same step; a cap that is full denies with in_flight 1. Every admission takes a new
+--             lease: a redelivery's earlier delivery may still be in flight on the old one
 -- ARGV[14] -> lease µs: a lease lapses this long after its slot (the provider's timeout plus a slack), so
 --             that a worker that died holding one gives it back by itself
 -- ARGV[15], ARGV[16] -> limit, window µs of policy 0; ARGV[17], ARGV[18] -> policy 1; and so on
@@ -71,7 +74,8 @@
 --   reset_after_us  time until the budget is entirely unused if nothing more is admitted (algo.reset_after)
 --   in_flight       1: denied because ARGV[13] leases stand (retry_after_us: until the first lapses; one
 --                   usually ends sooner, announced by land.lua); nothing was spent
---   lease           the lease the admission holds: 0 none (no cap), 1 the job id, 2 id.."\0d" (a duplicate)
+--   lease           the lease the admission took: 0 none (no cap), 1 id.."\0"..now_us, 2 id.."\0d"..now_us
+--                   (a duplicate let go)
 -- release returns the number of the id's units that left the record (0: not there, at another slot, or
 --   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
 -- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
@@ -417,8 +421,8 @@ local function run()
     local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch:')
     write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(pause_until) .. ' ' .. int(now))
   end
-  -- In-flight leases: the lapsed ones go (their workers died, or never ended them); a job holding one
-  -- (asking again after waking late, say) keeps it, any other needs one of the max_flight.
+  -- In-flight leases: the lapsed ones go (their workers died, or never ended them); an admission needs one
+  -- of the max_flight.
   local standing = 0
   if max_flight > 0 then
     write('ZREMRANGEBYSCORE', flight, '-inf', int(now))
@@ -434,14 +438,8 @@ local function run()
     return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after())),
       in_flight or 0, leased or 0}
   end
-  -- lease_free: member holds an unlapsed lease already, or one of the max_flight is free.
-  local function lease_free(member)
-    if max_flight == 0 then return true end
-    local held = redis.call('ZSCORE', flight, member)
-    if held and tonumber(held) > now then return true end
-    return standing < max_flight
-  end
-  -- take_lease queues member's lease, lapsing at slot + lease (a lease held already is renewed).
+  local function lease_free() return max_flight == 0 or standing < max_flight end
+  -- take_lease queues a lease, lapsing at slot + lease.
   local function take_lease(member, slot)
     if max_flight == 0 then return end
     write('ZADD', flight, int(slot + lease), member)
@@ -472,9 +470,8 @@ local function run()
     local room, index = algo.room(at)
     if at - now > max_wait then return deny(reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0)) end
     -- Let go, a duplicate is a request of its own in flight: it needs a lease of its own.
-    local member = id .. '\0d'
-    if not lease_free(member) then return flight_full(1, prev) end
-    take_lease(member, at)
+    if not lease_free() then return flight_full(1, prev) end
+    take_lease(id .. '\0d' .. int(now), at)
     if marked ~= '1' then mark('dup', math.max(at - now, 0) + dedup) end -- 'sent' says more: keep it
     local leased = 0
     if max_flight > 0 then leased = 2 end
@@ -483,7 +480,7 @@ local function run()
     return r
   end
 
-  if not lease_free(id) then
+  if not lease_free() then
     if moved == 1 then algo.take_back(token) end -- denied: the units and the entry stay where they were
     return flight_full(0, old)
   end
@@ -515,7 +512,7 @@ local function run()
     write('SET', pace_key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
   end
   record(slot, members_of(cost))
-  take_lease(id, slot)
+  take_lease(id .. '\0' .. int(now), slot)
   local leased = 0
   if max_flight > 0 then leased = 1 end
   local room, index = algo.room(slot)

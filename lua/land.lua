@@ -4,7 +4,7 @@
 --
 -- KEYS[1] -> <prefix>:{<provider>}:flight  ZSET  the leases (see family.lua)
 --
--- ARGV[1] -> the lease: the job id as admitted, or id.."\0d" for a duplicate let go
+-- ARGV[1] -> the lease: id.."\0"..now_us of the admission that took it (id.."\0d"..now_us: a duplicate)
 -- ARGV[2] -> the announcement channel, <prefix>:pauses
 -- ARGV[3] -> the provider's name
 --

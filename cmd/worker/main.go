@@ -6,7 +6,7 @@
 //	worker check-config --config FILE
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D | --force]
 //	worker gate status  --config FILE --provider NAME [--json]
-//	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
+//	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F] [--max-in-flight N]
 //
 // Exit status: 0 success (a denied gate try is a success), 1 a runtime failure (Redis unreachable, say),
 // 2 bad usage or an invalid configuration; the message goes to stderr.

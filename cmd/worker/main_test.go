@@ -342,6 +342,7 @@ func TestProviderSimBadFlags(t *testing.T) {
 		{"provider-sim", "--limits", "3/x"},
 		{"provider-sim", "--limits", "3/1s", "--error-rate", "1.5"},
 		{"provider-sim", "--limits", "3/1s", "--latency", "1ms", "--jitter", "5ms"},
+		{"provider-sim", "--limits", "3/1s", "--max-in-flight", "-1"},
 	} {
 		if r := worker(t, nil, args...); r.code != 2 || r.stderr == "" {
 			t.Errorf("%v: exit %d %q", args, r.code, r.stderr)

@@ -21,18 +21,22 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	timeoutRate := fs.Float64("timeout-rate", 0, "share of requests that hang until the client gives up")
 	header := fs.String("idempotency-header", "Idempotency-Key", "header the idempotency key is read from")
 	seed := fs.Uint64("seed", 0, "seed for the injected faults (0: random)")
+	maxInFlight := fs.Int("max-in-flight", 0, "answer 429 to a request beyond N in flight at once (0: no cap)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *limits == "" {
 		return usageError{errors.New("provider-sim: --limits is required, e.g. --limits 100/1s,3000/1m")}
 	}
+	if *maxInFlight < 0 {
+		return usageError{fmt.Errorf("provider-sim: --max-in-flight %d: want N >= 0 (0: no cap)", *maxInFlight)}
+	}
 	windows, err := sim.ParseLimits(*limits)
 	if err != nil {
 		return usageError{err}
 	}
 	opts := sim.Options{Limits: windows, Latency: *latency, Jitter: *jitter, ErrorRate: *errorRate,
-		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed}
+		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed, MaxInFlight: *maxInFlight}
 	if _, err := sim.New(opts); err != nil {
 		return usageError{err}
 	}
@@ -40,7 +44,11 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "provider-sim listening on %s limits %s (GET %s/stats)\n", s.Addr(), *limits, s.URL())
+	capped := ""
+	if *maxInFlight > 0 {
+		capped = fmt.Sprintf(" max-in-flight %d", *maxInFlight)
+	}
+	fmt.Fprintf(stdout, "provider-sim listening on %s limits %s%s (GET %s/stats)\n", s.Addr(), *limits, capped, s.URL())
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -11,7 +11,7 @@
 // # worker provider-sim
 //
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
-//	                    [--idempotency-header H] [--seed N]
+//	                    [--idempotency-header H] [--seed N] [--max-in-flight N]
 //
 // Its flags and what the simulator does with each request:
 //
@@ -24,6 +24,15 @@
 //   - --error-rate answers that share of requests 500; --timeout-rate makes that share hang until the
 //     client gives up. Neither is accepted or charged; both count in errors_injected (hangs also in
 //     timeouts_injected). --seed makes them reproducible.
+//   - --max-in-flight N (0, the default: no cap) caps the payment requests in flight at once. A request is
+//     in flight from the moment it is received until its answer is written (latency included; a hung
+//     one until the client gives up). One that would make more than N in flight is answered at once,
+//     before anything else is decided (even a known key), with 429, Retry-After: 1 and
+//     {"error":"concurrency limit exceeded","max_in_flight":N}. It is not accepted, not stored under its
+//     key (a retry is a new request), and counts in throttled_in_flight, not in violations: violations
+//     stay the rate-limit violations, so a fleet that keeps both caps keeps both counters at 0. A
+//     concurrency 429 starts no quiet period for early_after_429 (a slot frees as soon as a request
+//     ends). During an outage (down_for) requests are neither capped nor counted in flight.
 //
 // For example:
 //
@@ -34,11 +43,16 @@
 // # GET /stats
 //
 //	{"requests":6,"accepted":3,"duplicates":1,"violations":2,"errors_injected":0,"timeouts_injected":0,
-//	 "bad_requests":0,"throttled_injected":0,"down_refused":0,"early_after_429":0,
+//	 "bad_requests":0,"throttled_injected":0,"down_refused":0,"throttled_in_flight":0,"in_flight":0,
+//	 "max_in_flight_seen":1,"early_after_429":0,
 //	 "first_accepted":"2026-11-22T08:07:10.532597564Z","last_accepted":"…",
 //	 "windows":[{"limit":3,"per":"2s","max_in_window":3}]}
 //
 // max_in_window is the largest number of accepted requests seen in any interval of that window's length.
+//
+// in_flight is the number of payment requests in flight now, max_in_flight_seen the highest it has been,
+// kept with or without --max-in-flight (with it, at most N: a request refused over the cap is never in
+// flight). throttled_in_flight counts the 429s for concurrency.
 //
 // early_after_429 counts payment requests that arrived while a Retry-After the simulator gave (for a
 // violation or in a storm) was still running, more than 250ms after the first 429 of that quiet period

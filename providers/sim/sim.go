@@ -53,6 +53,12 @@ type Options struct {
 	// TimeoutRate is the share of requests that hang until the client gives up (or HangFor passes).
 	TimeoutRate float64
 	HangFor     time.Duration // default 1 minute
+	// MaxInFlight caps the payment requests in flight at once (0: no cap). A request is in flight from the
+	// moment it is received until its answer is written (latency included, a hung request until the
+	// client gives up). One that would make more than MaxInFlight in flight is answered 429 at once with
+	// Retry-After: 1, is not accepted, is not stored under its key, and counts in Stats.ThrottledInFlight
+	// (not in Stats.Violations, which stay the rate-limit violations).
+	MaxInFlight int
 	// IdempotencyHeader names the header keys are read from; default Idempotency-Key.
 	IdempotencyHeader string
 	// Seed makes the injected faults reproducible; 0 picks one at random.
@@ -127,6 +133,14 @@ type Stats struct {
 	BadRequests       int64 `json:"bad_requests"`       // no idempotency key, unreadable body
 	ThrottledInjected int64 `json:"throttled_injected"` // 429s of a storm (POST /faults)
 	DownRefused       int64 `json:"down_refused"`       // requests cut during an outage
+	// ThrottledInFlight counts payment requests answered 429 because they would have made more than
+	// Options.MaxInFlight in flight. They are neither accepted nor violations.
+	ThrottledInFlight int64 `json:"throttled_in_flight"`
+	// InFlight is the number of payment requests in flight now; MaxInFlightSeen the highest it has been
+	// (kept with or without a cap; at most Options.MaxInFlight when there is one, since a request refused
+	// over the cap is never in flight).
+	InFlight        int64 `json:"in_flight"`
+	MaxInFlightSeen int64 `json:"max_in_flight_seen"`
 	// EarlyAfter429 counts payment requests that arrived while a Retry-After this provider gave was
 	// still running (after Options.EarlyGrace): a client that does not pause together.
 	EarlyAfter429 int64         `json:"early_after_429"`
@@ -153,6 +167,9 @@ func New(o Options) (*Provider, error) {
 	}
 	if o.Latency < 0 || o.Jitter < 0 || o.Jitter > o.Latency {
 		return nil, fmt.Errorf("sim: latency %s and jitter %s must be >= 0, jitter <= latency", o.Latency, o.Jitter)
+	}
+	if o.MaxInFlight < 0 {
+		return nil, fmt.Errorf("sim: max in flight %d must be >= 0 (0: no cap)", o.MaxInFlight)
 	}
 	if o.HangFor <= 0 {
 		o.HangFor = time.Minute
@@ -216,11 +233,8 @@ const (
 func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.stats.Requests++
 	now := p.o.Now()
-	if now.Before(p.quietUntil) && now.Sub(p.quietFrom) > p.o.EarlyGrace {
-		p.stats.EarlyAfter429++
-	}
+	p.arrived(now)
 	switch {
 	case now.Before(p.downUntil):
 		p.stats.DownRefused++
@@ -273,6 +287,44 @@ func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duratio
 	resp, _ := json.Marshal(map[string]any{"status": "accepted", "idempotency_key": key, "accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
 	p.keys[key] = resp
 	return accept, resp, 0
+}
+
+// arrived counts a payment request, and counts it as early if it came while a Retry-After ran (past the
+// grace). Under the lock.
+func (p *Provider) arrived(now time.Time) {
+	p.stats.Requests++
+	if now.Before(p.quietUntil) && now.Sub(p.quietFrom) > p.o.EarlyGrace {
+		p.stats.EarlyAfter429++
+	}
+}
+
+// enter counts a payment request in flight from the moment it is received, before anything else is
+// decided. It reports false when the request would make more than Options.MaxInFlight in flight: the
+// request is then counted (requests, throttled_in_flight), never in flight, and must be answered 429 at
+// once. Otherwise the caller calls leave once the answer is written. A concurrency 429 opens no quiet
+// period: a slot frees as soon as a request ends, so other clients are not asked to pause. During an
+// outage requests are neither capped nor counted in flight: their connections are cut at once.
+func (p *Provider) enter() (leave func(), ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.o.Now()
+	if now.Before(p.downUntil) {
+		return func() {}, true
+	}
+	if p.o.MaxInFlight > 0 && p.stats.InFlight >= int64(p.o.MaxInFlight) {
+		p.arrived(now)
+		p.stats.ThrottledInFlight++
+		return nil, false
+	}
+	p.stats.InFlight++
+	p.stats.MaxInFlightSeen = max(p.stats.MaxInFlightSeen, p.stats.InFlight)
+	return p.leave, true
+}
+
+func (p *Provider) leave() {
+	p.mu.Lock()
+	p.stats.InFlight--
+	p.mu.Unlock()
 }
 
 // quiet records that a 429 told clients to come back after retry (as the Retry-After header rounds it).
@@ -367,6 +419,15 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "payments are POST, PUT or PATCH", http.StatusMethodNotAllowed)
 		return
 	}
+	leave, ok := p.enter()
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, fmt.Sprintf(`{"error":"concurrency limit exceeded","max_in_flight":%d}`, p.o.MaxInFlight))
+		return
+	}
+	// Runs before net/http sends the buffered answer, so a client never sees its answer while the
+	// request still counts here.
+	defer leave()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	key := r.Header.Get(p.o.IdempotencyHeader)
 	if err != nil || key == "" {

@@ -217,7 +217,8 @@ func TestStatsEndpoint(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"accepted", "duplicates", "violations", "errors_injected", "first_accepted", "last_accepted", "windows"} {
+	for _, k := range []string{"accepted", "duplicates", "violations", "errors_injected", "first_accepted", "last_accepted", "windows",
+		"throttled_in_flight", "in_flight", "max_in_flight_seen"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("stats lack %q: %v", k, raw)
 		}
@@ -288,5 +289,154 @@ func TestRuntimeFaults(t *testing.T) {
 	}
 	if st := p.Stats(); st.DownRefused != 1 || st.Accepted != 1 {
 		t.Fatalf("down stats %+v", st)
+	}
+}
+
+// postCtx posts a payment whose request ends with ctx: a simulated latency ends when ctx does.
+func postCtx(ctx context.Context, h http.Handler, key string) *httptest.ResponseRecorder {
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/payments", strings.NewReader(`{"id":"x"}`))
+	r.Header.Set("Idempotency-Key", key)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// waitStats polls the stats until ok holds (the test's timeout bounds it).
+func waitStats(t *testing.T, p *sim.Provider, what string, ok func(sim.Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok(p.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: stats %+v", what, p.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// inFlight fires one request per key at once, waits until the provider has seen them all (the answered
+// ones answered, the others held in flight by the latency), checks the stats with check, then ends the
+// held ones and returns every answer by key. The latency is an hour and the held requests end when their
+// context does, so requests overlap however slow the machine is, and no timing is asserted.
+func inFlight(t *testing.T, p *sim.Provider, keys []string, arrived func(sim.Stats) bool, check func(sim.Stats)) map[string]*httptest.ResponseRecorder {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	got := map[string]*httptest.ResponseRecorder{}
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Go(func() {
+			w := postCtx(ctx, p, k)
+			mu.Lock()
+			got[k] = w
+			mu.Unlock()
+		})
+	}
+	waitStats(t, p, "the requests to arrive", arrived)
+	check(p.Stats())
+	cancel()
+	wg.Wait()
+	if s := p.Stats(); s.InFlight != 0 {
+		t.Fatalf("after every answer: %d in flight", s.InFlight)
+	}
+	return got
+}
+
+// --max-in-flight 3: of 5 concurrent requests 3 are accepted and held, 2 are answered 429 at once with
+// Retry-After, charged nothing and not stored; once the 3 end, 3 more (the 2 refused keys among them) are
+// all accepted. The peak in flight is 3, and none of it is a rate-limit violation.
+func TestMaxInFlight(t *testing.T) {
+	p, _ := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 1000, Per: time.Second}}, Now: time.Now,
+		Latency: time.Hour, MaxInFlight: 3})
+	got := inFlight(t, p, []string{"a", "b", "c", "d", "e"},
+		func(s sim.Stats) bool { return s.Requests == 5 && s.InFlight == 3 && s.Accepted == 3 },
+		func(s sim.Stats) {
+			if s.ThrottledInFlight != 2 || s.MaxInFlightSeen != 3 || s.Violations != 0 || s.Duplicates != 0 {
+				t.Fatalf("5 at once under a cap of 3: stats %+v", s)
+			}
+		})
+	var refused []string
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		switch w := got[k]; w.Code {
+		case http.StatusOK:
+		case http.StatusTooManyRequests:
+			if w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"max_in_flight":3`) {
+				t.Fatalf("refused %s: Retry-After %q body %s", k, w.Header().Get("Retry-After"), w.Body)
+			}
+			refused = append(refused, k)
+		default:
+			t.Fatalf("%s: %d %s", k, w.Code, w.Body)
+		}
+	}
+	if len(refused) != 2 {
+		t.Fatalf("refused %v, want 2", refused)
+	}
+
+	again := append([]string{"f"}, refused...)
+	got = inFlight(t, p, again,
+		func(s sim.Stats) bool { return s.Requests == 8 && s.InFlight == 3 && s.Accepted == 6 },
+		func(s sim.Stats) {
+			if s.ThrottledInFlight != 2 || s.MaxInFlightSeen != 3 || s.Duplicates != 0 || s.Violations != 0 {
+				t.Fatalf("3 more at once: stats %+v", s)
+			}
+		})
+	for _, k := range again {
+		mustCode(t, got[k], http.StatusOK)
+	}
+	if keys := fmt.Sprint(p.AcceptedKeys()); keys != "[a b c d e f]" {
+		t.Fatalf("accepted keys %s", keys)
+	}
+}
+
+// Without a cap nothing is refused for concurrency and max_in_flight_seen is the real peak.
+func TestMaxInFlightSeenUncapped(t *testing.T) {
+	p, _ := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 1000, Per: time.Second}}, Now: time.Now, Latency: time.Hour})
+	keys := []string{"a", "b", "c", "d", "e", "f", "g"}
+	got := inFlight(t, p, keys,
+		func(s sim.Stats) bool { return s.InFlight == 7 },
+		func(s sim.Stats) {
+			if s.MaxInFlightSeen != 7 || s.ThrottledInFlight != 0 {
+				t.Fatalf("7 at once, no cap: stats %+v", s)
+			}
+		})
+	for _, k := range keys {
+		mustCode(t, got[k], http.StatusOK)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	mustCode(t, postCtx(ended, p, "h"), http.StatusOK) // its latency ends at once: the peak stays
+	if s := p.Stats(); s.MaxInFlightSeen != 7 || s.InFlight != 0 || s.Accepted != 8 {
+		t.Fatalf("after: stats %+v", s)
+	}
+}
+
+// Over HTTP, a request leaves the count before its answer reaches the client: a client that sends one
+// request at a time is never refused under a cap of 1. A negative cap is refused.
+func TestMaxInFlightSequential(t *testing.T) {
+	if _, err := sim.New(sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Second}}, MaxInFlight: -1}); err == nil {
+		t.Fatal("MaxInFlight -1 accepted")
+	}
+	srv, err := sim.Start("127.0.0.1:0", sim.Options{Limits: []sim.Window{{Limit: 1000, Per: time.Second}}, MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	for i := range 50 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL()+"/pay", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", fmt.Sprint("s", i))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if s := srv.Stats(); s.Accepted != 50 || s.ThrottledInFlight != 0 || s.MaxInFlightSeen != 1 {
+		t.Fatalf("stats %+v", s)
 	}
 }

@@ -34,8 +34,8 @@ func TestInFlightCapFleet(t *testing.T) {
 	f.startWorker()
 	// The victim's leases lapse the provider's timeout (5s) and the slack after their slots, which were at
 	// most a request (300ms) before the kill: the two new workers wait for them (nothing over the cap),
-	// then fill all 5 places (a second more for the polling).
-	back := killed.Add(5*time.Second + wire.LeaseSlack + time.Second)
+	// then fill all 5 places (two seconds more: a waiting job polls every 250ms, on a busy machine).
+	back := killed.Add(5*time.Second + wire.LeaseSlack + 2*time.Second)
 	full := time.Time{}
 	for full.IsZero() && time.Now().Before(back) {
 		if st := s.Stats(); st.InFlight == 5 && time.Since(killed) > 300*time.Millisecond { // past the victim's own requests

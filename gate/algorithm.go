@@ -57,8 +57,9 @@ type Provider struct {
 	// Burst paces the provider's slots: 0 hands out every slot the algorithm allows (a window's worth may
 	// share one instant); N >= 1 spaces slots (shortest window + margin) / limit apart per unit of cost,
 	// N units at most at one moment, so that a fleet wakes one job at a time and the provider sees a
-	// steady stream. At most the limit of the shortest window. Longer windows, and a shortest one longer
-	// than MaxPacedWindow, are quotas: counted exactly, never paced.
+	// steady stream. At most the limit of the shortest window, which turns pacing off (as 0 does: no pace
+	// is kept, and fixed_window may then put a limit's worth on each side of a window boundary). Longer
+	// windows, and a shortest one longer than MaxPacedWindow, are quotas: counted exactly, never paced.
 	Burst int64
 	// MaxInFlight caps the provider's requests in flight across every worker (0: no cap). Each admission
 	// takes a lease in the same step as its slot (Verdict.Lease); Land ends it when the request ends. A

@@ -328,6 +328,9 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	}
 	p.maxFlight, p.lease = spec.MaxInFlight, micros(spec.Lease)
 	p.burst, p.paced, p.buckets = spec.Burst, ShortestPolicy(policies), buckets
+	if p.burst >= p.paced.Limit {
+		p.burst = 0 // a burst of the whole limit turns pacing off: no pace is kept (two Redis calls fewer)
+	}
 	for _, pol := range policies {
 		p.policyArgs = append(p.policyArgs, pol.Limit, micros(pol.Window))
 	}

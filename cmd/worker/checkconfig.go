@@ -51,7 +51,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 			limits = append(limits, fmt.Sprintf("%d in flight", p.MaxInFlight))
 		}
 		pace := "none (quotas only)"
-		if every := gate.PaceOf(p.Policies(), c.Gate.Margin); every > 0 {
+		if every := gate.PaceOf(p.Policies(), c.Gate.Margin); every > 0 && p.Burst >= gate.ShortestPolicy(p.Policies()).Limit {
+			pace = "none (burst = the limit)"
+		} else if every > 0 {
 			pace = "every " + every.String()
 			if p.Burst > 1 {
 				pace += fmt.Sprintf(", burst %d", p.Burst)

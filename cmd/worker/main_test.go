@@ -238,6 +238,9 @@ func TestGateTryConcurrent(t *testing.T) {
 // (3s + 20ms) / 5 = 604ms, apart, never two at one moment. Asking for now only, one is admitted and the
 // others are told to come back within a pace.
 func TestGateTryPaced(t *testing.T) {
+	if r := worker(t, nil, "check-config", "--config", testConfig(t, fivePer3s)); r.code != 0 || !strings.Contains(r.stdout, "none (burst = the limit)") {
+		t.Fatalf("check-config of a burst of the whole limit: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	cfg := testConfig(t, strings.Replace(fivePer3s, "    burst: 5\n", "", 1))
 	if r := worker(t, nil, "check-config", "--config", cfg); r.code != 0 || !strings.Contains(r.stdout, "every 604ms") {
 		t.Fatalf("check-config: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -11,18 +11,11 @@ import (
 
 // checkConfig is "worker check-config": validate a configuration file and print what it configures.
 func checkConfig(args []string, stdout, stderr io.Writer) error {
-	fs, path := newFlags("check-config", stderr)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	c, err := loadConfig(*path, stderr)
+	c, path, err := loadRunnable("check-config", args, stderr)
 	if err != nil {
 		return err
 	}
-	if err := checkHold(c); err != nil {
-		return configError(err)
-	}
-	fmt.Fprintf(stdout, "%s: valid\n", *path)
+	fmt.Fprintf(stdout, "%s: valid\n", path)
 	fmt.Fprintf(stdout, "redis:  %s, key prefix %q\n", c.Redis, c.Redis.KeyPrefix)
 	switch c.Broker.Kind {
 	case "rabbitmq":

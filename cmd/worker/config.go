@@ -32,6 +32,23 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	return c, nil
 }
 
+// loadRunnable parses a command's flags (--config alone) and loads the configuration a worker can run
+// with: valid, and holding no delivery past the broker's consumer timeout. It returns the file's path.
+func loadRunnable(name string, args []string, stderr io.Writer) (*config.Config, string, error) {
+	fs, path := newFlags(name, stderr)
+	if err := parse(fs, args); err != nil {
+		return nil, "", err
+	}
+	c, err := loadConfig(*path, stderr)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := checkHold(c); err != nil {
+		return nil, "", configError(err)
+	}
+	return c, *path, nil
+}
+
 // checkHold refuses a configuration under which a worker could hold a RabbitMQ delivery past the
 // broker's consumer_timeout: the broker would close the channel and redeliver everything on it.
 func checkHold(c *config.Config) error {

@@ -15,16 +15,9 @@ import (
 
 // runWorker is "worker run": consume, gate, dispatch, settle, until SIGTERM/SIGINT.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, path := newFlags("run", stderr)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	c, err := loadConfig(*path, stderr)
+	c, _, err := loadRunnable("run", args, stderr)
 	if err != nil {
 		return err
-	}
-	if err := checkHold(c); err != nil {
-		return configError(err)
 	}
 	log, err := newLogger(c.Log, stderr)
 	if err != nil {

@@ -151,6 +151,10 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	}
 	p.check(pr.MaxInFlight >= 0 && pr.MaxInFlight <= MaxInFlight, path+".max_in_flight",
 		"must be 0 (no cap)..%d, got %d", MaxInFlight, pr.MaxInFlight)
+	// A lease outlives the slot by the timeout and a slack; a worker sends no later than margin/2 after
+	// its slot, so with no margin a late request could outlive its lease.
+	p.check(pr.MaxInFlight <= 0 || margin > 0, path+".max_in_flight",
+		"needs gate.margin > 0 (a worker with no late limit could send after its lease lapsed), got %d with gate.margin 0", pr.MaxInFlight)
 	p.check(slices.Contains([]string{"POST", "PUT", "PATCH"}, pr.Method), path+".method", "must be POST, PUT or PATCH, got %q", pr.Method)
 	for h := range pr.Headers {
 		p.check(headerName.MatchString(h), path+".headers."+h, "must be an HTTP header name")

@@ -164,13 +164,13 @@ type Worker struct {
 	redisLog   *throttledLog
 	lateLog    *throttledLog
 	mu         sync.Mutex
-	pausedTill map[string]time.Time     // the pauses this process set (local clock), checked before every dispatch
-	announced  map[string]time.Time     // the end of the latest pause any worker set (Redis clock; NotePause)
-	lostAt     map[string]time.Time     // the latest loss of a provider's gate state (Redis clock; NoteLoss)
-	brokeAt    time.Time                // the latest loss of the watch's connection (local clock; NoteDisconnect)
-	id         string                   // this worker, to the gate's margin
-	late       map[string]*lateness     // each provider's recent wake-ups, for ReportLateness
-	landed     map[string]chan struct{} // closed (and replaced) when a provider's in-flight lease ends
+	pausedTill map[string]time.Time       // the pauses this process set (local clock), checked before every dispatch
+	announced  map[string]time.Time       // the end of the latest pause any worker set (Redis clock; NotePause)
+	lostAt     map[string]time.Time       // the latest loss of a provider's gate state (Redis clock; NoteLoss)
+	brokeAt    time.Time                  // the latest loss of the watch's connection (local clock; NoteDisconnect)
+	id         string                     // this worker, to the gate's margin
+	late       map[string]*lateness       // each provider's recent wake-ups, for ReportLateness
+	landed     map[string][]chan struct{} // the jobs waiting for a provider's in-flight lease, oldest first
 }
 
 // New returns a worker. metrics may be nil.
@@ -197,7 +197,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{},
 		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}, id: workerID(), late: newLateness(cfg.Providers),
-		landed: map[string]chan struct{}{}}, nil
+		landed: map[string][]chan struct{}{}}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -375,7 +375,14 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	start := time.Now()
 	err = w.dispatch[provider].Dispatch(ctx, j)
-	w.land(ctx, provider, &lease) // the request has ended: the next job held back by the cap may go
+	if answered(err) {
+		w.land(ctx, provider, &lease) // the request has ended: the next job held back by the cap may go
+	} else {
+		// No answer (a timeout, a cut connection, a shutdown): the provider may still be working on it.
+		// Its lease is left to lapse (the provider's timeout plus a slack after the slot), so that the
+		// place is not taken again while the request may still be in flight.
+		lease = ""
+	}
 	outcome := providers.OutcomeOf(err)
 	w.metrics.dispatch.WithLabelValues(provider, string(outcome)).Observe(time.Since(start).Seconds())
 	var thr *providers.Throttled
@@ -539,14 +546,23 @@ func (w *Worker) NoteDisconnect(at time.Time) {
 	}
 }
 
-// NoteLanded is told when any worker ended an in-flight lease of provider (gate.Limiter.Watch): jobs held
-// back by its cap ask again at once.
+// answered reports whether the provider answered the request (any status), so that it is no longer in
+// flight there; a transport error or a timeout leaves that open.
+func answered(err error) bool {
+	var st *providers.StatusError
+	var thr *providers.Throttled
+	return err == nil || errors.As(err, &st) || errors.As(err, &thr)
+}
+
+// NoteLanded is told when any worker ended an in-flight lease of provider (gate.Limiter.Watch): the job
+// of this process that has waited longest for one asks again at once (one place freed: waking every
+// waiter of the fleet would only have them all ask for it).
 func (w *Worker) NoteLanded(provider string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if ch, ok := w.landed[provider]; ok {
-		close(ch)
-		delete(w.landed, provider)
+	if q := w.landed[provider]; len(q) > 0 {
+		close(q[0])
+		w.landed[provider] = q[1:]
 	}
 }
 
@@ -556,13 +572,15 @@ func (w *Worker) waitDenied(ctx context.Context, provider string, v gate.Verdict
 	if !v.InFlight {
 		return Sleep(ctx, v.RetryAfter)
 	}
+	ch := make(chan struct{})
 	w.mu.Lock()
-	ch, ok := w.landed[provider]
-	if !ok {
-		ch = make(chan struct{})
-		w.landed[provider] = ch
-	}
+	w.landed[provider] = append(w.landed[provider], ch)
 	w.mu.Unlock()
+	defer func() { // no longer waiting (woken or not): out of the queue
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.landed[provider] = slices.DeleteFunc(w.landed[provider], func(c chan struct{}) bool { return c == ch })
+	}()
 	t := time.NewTimer(v.RetryAfter)
 	defer t.Stop()
 	select {
@@ -574,13 +592,16 @@ func (w *Worker) waitDenied(ctx context.Context, provider string, v gate.Verdict
 	return true
 }
 
+// landTimeout bounds Land on the way to settling a job: best effort, since a lease lapses by itself.
+const landTimeout = 2 * time.Second
+
 // land ends the in-flight lease *lease, if any (best effort: a lease not ended lapses by itself after the
 // provider's timeout plus a slack, holding one of the cap's places meanwhile).
 func (w *Worker) land(ctx context.Context, provider string, lease *string) {
 	if *lease == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SettleTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), landTimeout)
 	defer cancel()
 	if err := w.gate.Land(ctx, provider, *lease); err != nil {
 		w.redisLog.warn(w.log, "could not end an in-flight lease: it lapses by itself", zap.String("provider", provider), zap.Error(err))

@@ -166,3 +166,12 @@ func TestInFlightNeedsALease(t *testing.T) {
 		}
 	}
 }
+
+// A lost state lost its leases: the warm-up lasts at least a lease, so that nothing is admitted while the
+// requests they stood for may still be in flight.
+func TestInFlightWarmUpCoversALease(t *testing.T) {
+	l := newAlgoOpts(t, backends(t)[0].rdb, gate.Options{WarmUp: true}, gate.Provider{Policies: []gate.Policy{pol(100, time.Second)}, MaxInFlight: 2, Lease: 5 * time.Second})
+	if v := mustReserve(t, l, "a", 1, 0); v.Allowed || v.RetryAfter < 5*time.Second {
+		t.Fatalf("the first decision on a fresh state: %+v, want held for at least the 5s lease", v)
+	}
+}

@@ -327,6 +327,10 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 			name, MaxHorizon, spec.MaxInFlight, spec.Lease)
 	}
 	p.maxFlight, p.lease = spec.MaxInFlight, micros(spec.Lease)
+	if p.warmup > 0 && p.maxFlight > 0 {
+		// A lost state lost its leases too: the requests they stood for may be in flight for a lease yet.
+		p.warmup = max(p.warmup, p.lease)
+	}
 	p.burst, p.paced, p.buckets = spec.Burst, ShortestPolicy(policies), buckets
 	if p.burst >= p.paced.Limit {
 		p.burst = 0 // a burst of the whole limit turns pacing off: no pace is kept (two Redis calls fewer)
@@ -780,9 +784,11 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 	}
 }
 
-// Land ends an in-flight lease (Verdict.Lease): the request has ended, whatever its outcome, or the job
-// gave its admission up. The end is announced, so that jobs waiting for a lease (Verdict.InFlight) go
-// at once. A lease that had lapsed, or was ended before, is no error. An empty lease is nothing to end.
+// Land ends an in-flight lease (Verdict.Lease): the provider answered the request, whatever the answer,
+// or the job gave its admission up. (A request that got no answer, a timeout, may still be in flight
+// there: leave its lease to lapse.) When the cap was full, the end is announced, so that a job waiting for
+// a lease (Verdict.InFlight) goes at once. A lease that had lapsed, or was ended before, is no error. An
+// empty lease is nothing to end.
 func (l *Limiter) Land(ctx context.Context, providerName, lease string) error {
 	if lease == "" {
 		return nil
@@ -799,7 +805,7 @@ func (l *Limiter) Land(ctx context.Context, providerName, lease string) error {
 		return err
 	}
 	flight := p.keys[len(p.keys)-3]
-	if err := landScript.Run(ctx, l.rdb, []string{flight}, lease, l.pauses, providerName).Err(); err != nil {
+	if err := landScript.Run(ctx, l.rdb, []string{flight}, lease, l.pauses, providerName, p.maxFlight).Err(); err != nil {
 		return fmt.Errorf("gate: land %s: %w", providerName, err)
 	}
 	return nil

@@ -73,6 +73,11 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return err
 	}
+	if v.Lease != "" { // a try sends nothing: under max_in_flight its lease goes back at once
+		if err := l.Land(ctx, *provider, v.Lease); err != nil {
+			return err
+		}
+	}
 	return writeJSON(stdout, tryVerdict{
 		Provider:     *provider,
 		ID:           *id,

@@ -219,7 +219,9 @@ func runFootprint(ctx context.Context, rdb redis.UniversalClient, redisAddr, amq
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "worker")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/worker").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", bin, "./cmd/worker")
+	build.Dir = ".." // in paygate's own module: its go.mod and go.sum, not bench's
+	if out, err := build.CombinedOutput(); err != nil {
 		return res, fmt.Errorf("build worker: %v %s", err, out)
 	}
 	limits := []sim.Window{{Limit: 100, Per: time.Second}, {Limit: 3000, Per: time.Minute}}

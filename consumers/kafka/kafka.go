@@ -283,12 +283,9 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 		b.o.Log.Warn("kafka set offset", zap.String("topic", topic), zap.Int("partition", pa.ID), zap.Error(err))
 		return
 	}
-	t := newTracker(gen, gctx, topic, pa.ID)
-	stopCommits, commitsDone := make(chan struct{}), make(chan struct{})
-	go func() { defer close(commitsDone); t.commitLoop(stopCommits, b.o.Log) }()
-	defer t.loseUncommitted()                            // last: nothing more will be committed
-	defer func() { close(stopCommits); <-commitsDone }() // then the last commit of what was settled
-	defer t.drain(gctx, b.abandon)                       // first: the records handed out settle
+	t := &tracker{b: b, gen: gen, gctx: gctx, topic: topic, partition: pa.ID, idle: make(chan struct{}, 1)}
+	defer t.loseUncommitted() // after the drain: nothing more will be committed
+	defer t.drain(gctx, b.abandon)
 	for {
 		m, err := r.FetchMessage(both)
 		if err != nil {
@@ -354,66 +351,21 @@ func (b *Broker) produce(ctx context.Context, topic string, value []byte, h map[
 	return b.writer.WriteMessages(ctx, msg)
 }
 
-// committer commits a partition's offsets in its generation (*kafkago.Generation).
-type committer interface {
-	CommitOffsets(offsets map[string]map[int]int64) error
-}
-
-// tracker commits the contiguous prefix of settled offsets of one partition, in its generation. An ack
-// only marks its record settled; commitLoop commits off the ack's path, one commit for however many acks
-// came while the last one was on its way (in order: one loop per partition), never past an unsettled
-// record.
+// tracker commits the contiguous prefix of settled offsets of one partition, in its generation.
 type tracker struct {
-	gen       committer
+	b         *Broker
+	gen       *kafkago.Generation
 	gctx      context.Context // ends with the generation
 	topic     string
 	partition int
 
-	mu       sync.Mutex
-	pending  []int64          // offsets read, in order, not yet settled into the prefix
-	settled  map[int64]bool   // among pending
-	lost     map[int64]func() // among settled: what to call if the ack is lost (consumers.Unconfirmed)
-	next     int64            // the offset to commit (the end of the settled prefix); -1: nothing new
-	covering []func()         // the lost-ack functions of the prefix not yet committed
-	gaveUp   bool             // loseUncommitted has run: a late ack that cannot commit is lost at once
-	out      int              // records handed to the core, not yet settled or requeued
-	idle     chan struct{}    // signalled when out drops to 0
-	kick     chan struct{}    // signalled when the prefix grew: a commit is due
-}
-
-func newTracker(gen committer, gctx context.Context, topic string, partition int) *tracker {
-	return &tracker{gen: gen, gctx: gctx, topic: topic, partition: partition, next: -1, idle: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
-}
-
-// commitLoop commits the settled prefix whenever it grows, until stop; then once more, for what the
-// drain settled. A commit that fails runs the lost-ack functions of the records it covered: they will be
-// read again.
-func (t *tracker) commitLoop(stop <-chan struct{}, log *zap.Logger) {
-	for {
-		select {
-		case <-t.kick:
-			t.commit(log)
-		case <-stop:
-			t.commit(log)
-			return
-		}
-	}
-}
-
-func (t *tracker) commit(log *zap.Logger) {
-	t.mu.Lock()
-	next, covering := t.next, t.covering
-	t.next, t.covering = -1, nil
-	t.mu.Unlock()
-	if next < 0 {
-		return
-	}
-	if err := t.gen.CommitOffsets(map[string]map[int]int64{t.topic: {t.partition: next}}); err != nil {
-		log.Warn("kafka: commit failed; the records will be read again", zap.String("topic", t.topic), zap.Int("partition", t.partition), zap.Error(err))
-		for _, fn := range covering { // acked, never committed
-			fn()
-		}
-	}
+	mu      sync.Mutex
+	pending []int64          // offsets read, in order, not yet committed
+	settled map[int64]bool   // among pending
+	lost    map[int64]func() // among settled: what to call if the ack is lost (consumers.Unconfirmed)
+	gaveUp  bool             // loseUncommitted has run: a late ack that cannot commit is lost at once
+	out     int              // records handed to the core, not yet settled or requeued
+	idle    chan struct{}    // signalled when out drops to 0
 }
 
 func (t *tracker) handOut(n int) {
@@ -455,13 +407,10 @@ func (t *tracker) drain(gctx context.Context, abandon <-chan struct{}) {
 // that was never committed (an earlier record was still unsettled): those will be read again.
 func (t *tracker) loseUncommitted() {
 	t.mu.Lock()
-	lost, covering := t.lost, t.covering // covering: settled after the last commit
-	t.lost, t.covering, t.next, t.gaveUp = nil, nil, -1, true
+	lost := t.lost
+	t.lost, t.gaveUp = nil, true
 	t.mu.Unlock()
 	for _, fn := range lost {
-		fn()
-	}
-	for _, fn := range covering {
 		fn()
 	}
 }
@@ -472,8 +421,8 @@ func (t *tracker) add(offset int64) {
 	t.mu.Unlock()
 }
 
-// done marks an offset settled, and asks commitLoop to commit what is now contiguous. It fails when the
-// generation has ended: the record will be read again by whoever holds the partition now.
+// done marks an offset settled and commits what is now contiguous. It fails when the generation has
+// ended: the record will be read again by whoever holds the partition now.
 func (t *tracker) done(offset int64, onLost func()) error {
 	if t.gctx.Err() != nil {
 		return errors.New("kafka: the consumer group generation ended; the record will be read again")
@@ -489,31 +438,30 @@ func (t *tracker) done(offset int64, onLost func()) error {
 		}
 		t.lost[offset] = onLost
 	}
-	grew := false
+	next := int64(-1)
+	var committing []func() // lost-ack functions of the offsets this commit covers
 	for len(t.pending) > 0 && t.settled[t.pending[0]] {
 		if fn := t.lost[t.pending[0]]; fn != nil {
-			t.covering = append(t.covering, fn)
+			committing = append(committing, fn)
 		}
 		delete(t.settled, t.pending[0])
 		delete(t.lost, t.pending[0])
-		t.next, grew = t.pending[0]+1, true
+		next = t.pending[0] + 1
 		t.pending = t.pending[1:]
 	}
-	lost := t.gaveUp && onLost != nil // the partition is given up: nothing will be committed any more
-	var uncommittable []func()
-	if t.gaveUp { // no commit will come any more: the prefix's lost-ack functions run now
-		uncommittable, t.covering, t.next, grew = t.covering, nil, -1, false
-	}
-	t.mu.Unlock()
-	for _, fn := range uncommittable {
-		fn()
-	}
-	if grew {
-		select {
-		case t.kick <- struct{}{}:
-		default: // a commit is due already: it will take this one along
+	if next >= 0 {
+		// Committed under the lock, so commits of one partition go out in order.
+		err := t.gen.CommitOffsets(map[string]map[int]int64{t.topic: {t.partition: next}})
+		if err != nil {
+			t.mu.Unlock()
+			for _, fn := range committing { // acked, never committed: they will be read again
+				fn()
+			}
+			return fmt.Errorf("kafka: commit %s/%d: %w; the records will be read again", t.topic, t.partition, err)
 		}
 	}
+	lost := t.gaveUp && onLost != nil && t.settled[offset] // still uncommitted, and the partition is given up
+	t.mu.Unlock()
 	if lost {
 		onLost()
 	}

@@ -431,7 +431,10 @@ func TestConnectionPooling(t *testing.T) {
 			fresh.Store(0)
 		}
 	}
-	if n := fresh.Load(); n != 0 {
+	// A keep-alive not reused shows as a new connection for most of the 64 later requests. One stray new
+	// connection is net/http's own choice (CI saw one once, with every connection back in the idle pool:
+	// a request that finds an idle connection closing dials rather than waits).
+	if n := fresh.Load(); n > 1 {
 		t.Fatalf("later bursts took %d connections never used before: keep-alive not reused", n)
 	}
 	mu.Lock()

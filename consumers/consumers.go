@@ -375,7 +375,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	start := time.Now()
 	err = w.dispatch[provider].Dispatch(ctx, j)
-	if answered(err) {
+	if providers.Answered(err) {
 		w.land(ctx, provider, &lease) // the request has ended: the next job held back by the cap may go
 	} else {
 		// No answer (a timeout, a cut connection, a shutdown): the provider may still be working on it.
@@ -544,14 +544,6 @@ func (w *Worker) NoteDisconnect(at time.Time) {
 	if at.After(w.brokeAt) {
 		w.brokeAt = at
 	}
-}
-
-// answered reports whether the provider answered the request (any status), so that it is no longer in
-// flight there; a transport error or a timeout leaves that open.
-func answered(err error) bool {
-	var st *providers.StatusError
-	var thr *providers.Throttled
-	return err == nil || errors.As(err, &st) || errors.As(err, &thr)
 }
 
 // NoteLanded is told when any worker ended an in-flight lease of provider (gate.Limiter.Watch): the job

@@ -104,6 +104,14 @@ func OutcomeOf(err error) Outcome {
 	}
 }
 
+// Answered reports whether the provider answered a Dispatch (any status: the request is no longer in
+// flight there); a transport error or a timeout leaves that open.
+func Answered(err error) bool {
+	var st *StatusError
+	var thr *Throttled
+	return err == nil || errors.As(err, &st) || errors.As(err, &thr)
+}
+
 // Client dispatches to one provider. It is safe for concurrent use.
 type Client struct {
 	spares     *spareDialer

@@ -490,3 +490,22 @@ func TestSpareConnections(t *testing.T) {
 		}
 	}
 }
+
+// Answered: a status of any kind is an answer; a transport error or a timeout is not (the request may
+// still be in flight at the provider).
+func TestAnswered(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, true},
+		{&providers.StatusError{Provider: "acme", Status: 503}, true},
+		{fmt.Errorf("wrapped: %w", &providers.Throttled{Provider: "acme", Status: 429}), true},
+		{context.DeadlineExceeded, false},
+		{errors.New("read tcp: connection reset by peer"), false},
+	} {
+		if got := providers.Answered(tt.err); got != tt.want {
+			t.Errorf("Answered(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}

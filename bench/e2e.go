@@ -83,19 +83,16 @@ func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int) ([]e2eResu
 // decision is measured, not a pace), and no warm-up (a fresh prefix would otherwise hold p for its first
 // seconds: the run measures the steady state).
 func e2eConfig(kind, name, redisAddr, url string, brokers []string) *config.Config {
-	c := &config.Config{
-		Redis: config.Redis{Addrs: []string{redisAddr}, KeyPrefix: name},
-		Gate:  config.Gate{Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond},
-		Broker: config.Broker{Kind: "rabbitmq", RabbitMQ: config.RabbitMQ{URLEnv: "PAYGATE_AMQP_URL", Exchange: name, Prefetch: 64},
-			Kafka: config.Kafka{Brokers: brokers, Group: name, TopicPrefix: name, Partitions: 6, ReplicationFactor: 1}},
-		Worker: config.Worker{Concurrency: 16, MaxInlineWait: 5 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-			ShutdownTimeout: 5 * time.Second, DelayTiers: e2eTiers},
-		Providers: map[string]config.Provider{"p": config.Provider{URL: url, Timeout: 5 * time.Second,
-			Limits: []config.Limit{{Requests: gate.MaxSlidingLogLimit, Per: time.Second}}, Burst: gate.MaxSlidingLogLimit}.WithDefaults()},
-	}
+	c := config.Default()
+	c.Redis.Addrs, c.Redis.KeyPrefix, c.Gate.WarmUp = []string{redisAddr}, name, false
+	c.Broker.RabbitMQ.Exchange, c.Broker.RabbitMQ.Prefetch = name, 64
+	c.Broker.Kafka.Brokers, c.Broker.Kafka.Group, c.Broker.Kafka.TopicPrefix = brokers, name, name
 	if kind != "rabbitmq" {
 		c.Broker.Kind = "kafka"
 	}
+	c.Worker.MaxDeferralAge, c.Worker.ShutdownTimeout, c.Worker.DelayTiers = time.Hour, 5*time.Second, e2eTiers
+	c.Providers["p"] = config.Provider{URL: url, Timeout: 5 * time.Second,
+		Limits: []config.Limit{{Requests: gate.MaxSlidingLogLimit, Per: time.Second}}, Burst: gate.MaxSlidingLogLimit}.WithDefaults()
 	return c
 }
 

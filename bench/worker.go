@@ -44,13 +44,11 @@ func workerConfig(prefix string, limits []sim.Window) *config.Config {
 	for _, l := range limits {
 		p.Limits = append(p.Limits, config.Limit{Requests: int64(l.Limit), Per: l.Per})
 	}
-	return &config.Config{
-		Redis: config.Redis{KeyPrefix: prefix},
-		Gate:  config.Gate{Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond},
-		Worker: config.Worker{Concurrency: 1, MaxInlineWait: 5 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-			ShutdownTimeout: 5 * time.Second, DelayTiers: []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}},
-		Providers: map[string]config.Provider{"p": p.WithDefaults()},
-	}
+	c := config.Default()
+	c.Redis.KeyPrefix, c.Gate.WarmUp = prefix, false
+	c.Worker.Concurrency, c.Worker.MaxDeferralAge, c.Worker.ShutdownTimeout = 1, time.Hour, 5*time.Second
+	c.Providers["p"] = p.WithDefaults()
+	return c
 }
 
 func (r *workerRun) worker(int) acquirer {

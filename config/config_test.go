@@ -276,3 +276,25 @@ func TestMarginCeiling(t *testing.T) {
 		t.Fatalf("a ceiling below the margin: %v", err)
 	}
 }
+
+// Default is what Load gives for a file that names only a provider: the defaults, nothing else.
+func TestDefault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "one.yaml")
+	if err := os.WriteFile(path, []byte("providers:\n  acme:\n    url: http://127.0.0.1:1/pay\n    timeout: 1s\n    limits: [{requests: 5, per: 1s}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range os.Environ() { // Load reads the environment; Default does not
+		if strings.HasPrefix(k, config.EnvPrefix+"_") && !strings.HasPrefix(k, config.EnvPrefix+"_TEST_") {
+			t.Skipf("%s is set", strings.SplitN(k, "=", 2)[0])
+		}
+	}
+	loaded, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := config.Default()
+	d.Providers = loaded.Providers
+	if !reflect.DeepEqual(d, loaded) {
+		t.Fatalf("Default()\n%+v\nLoad of a file with a provider only\n%+v", d, loaded)
+	}
+}

@@ -24,6 +24,23 @@ import (
 // providers.acme-pay.timeout.
 var envKey = strings.NewReplacer(".", "_", "-", "_")
 
+// Default returns the documented defaults, without providers and without reading the file or the
+// environment: for programs that build a configuration in code (the demo, the benchmarks, tests) and
+// set only what differs. Validate it once the providers are in.
+func Default() *Config {
+	v := viper.New()
+	for k, d := range defaults {
+		v.SetDefault(k, d)
+	}
+	var c Config
+	hooks := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, commaListHook, integerHook, boolHook))
+	if err := v.Unmarshal(&c, hooks); err != nil {
+		panic("config: the defaults do not decode: " + err.Error()) // a programming error, caught by TestDefault
+	}
+	c.Providers = map[string]Provider{}
+	return &c
+}
+
 // Load reads the YAML file at path (empty: defaults only), overlays PAYGATE_<PATH> environment variables,
 // and validates. A *ValidationError lists every problem found.
 func Load(path string) (*Config, error) {

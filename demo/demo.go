@@ -69,9 +69,8 @@ var Providers = []Provider{
 
 // The demo's settings, chosen like a production config for these limits.
 const (
-	margin      = 25 * time.Millisecond
-	marginMax   = 100 * time.Millisecond // config's default: the margin follows the workers' lateness up to it
-	concurrency = 8                      // per provider per worker: enough in flight for 40/s at ~20ms a request
+	margin      = 25 * time.Millisecond // the margin follows the workers' lateness up to config's margin_max
+	concurrency = 8                     // per provider per worker: enough in flight for 40/s at ~20ms a request
 	latency     = 15 * time.Millisecond
 	jitter      = 10 * time.Millisecond
 	partitions  = 6
@@ -189,20 +188,17 @@ func start(o Options) (*env, error) {
 		addr = m.Addr()
 		e.redisStr = "embedded (miniredis)"
 	}
-	e.cfg = &config.Config{
-		Log:   config.Log{Level: "warn", Format: "console"}, // the demo's own logger is o.Log
-		HTTP:  config.HTTP{Listen: "127.0.0.1:0"},           // no /metrics: the demo reports itself
-		Redis: config.Redis{Addrs: []string{addr}, KeyPrefix: e.id},
-		Gate:  config.Gate{Margin: margin, MarginMax: marginMax, WarmUp: true, WarmUpMax: time.Minute},
-		Worker: config.Worker{Concurrency: concurrency, MaxInlineWait: maxInlineWait, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-			ShutdownTimeout: 10 * time.Second, DelayTiers: delayTiers},
-		Providers: map[string]config.Provider{},
-	}
+	// config's defaults (the gate's warm-up, margin_max, max_attempts, ...) but for these.
+	e.cfg = config.Default()
+	e.cfg.Redis.Addrs, e.cfg.Redis.KeyPrefix = []string{addr}, e.id
+	e.cfg.Gate.Margin = margin
+	w := &e.cfg.Worker
+	w.Concurrency, w.MaxInlineWait, w.MaxDeferralAge, w.ShutdownTimeout, w.DelayTiers = concurrency, maxInlineWait, time.Hour, 10*time.Second, delayTiers
 	switch {
 	case o.RabbitMQ != "":
 		e.brokerKind = "rabbitmq"
-		e.cfg.Broker = config.Broker{Kind: "rabbitmq", RabbitMQ: config.RabbitMQ{URLEnv: demoAMQPURL, Exchange: e.id, Prefetch: concurrency * 2,
-			ConsumerTimeout: 30 * time.Minute}}
+		r := &e.cfg.Broker.RabbitMQ
+		r.URLEnv, r.Exchange, r.Prefetch = demoAMQPURL, e.id, concurrency*2
 		e.census = func(ctx context.Context) (*census, error) { return rabbitCensus(ctx, o.RabbitMQ, e.cfg, e.secret) }
 	default:
 		brokers := o.Kafka
@@ -216,8 +212,9 @@ func start(o Options) (*env, error) {
 			brokers = c.ListenAddrs()
 			e.brokerKind = "kafka, embedded (kfake)"
 		}
-		e.cfg.Broker = config.Broker{Kind: "kafka", Kafka: config.Kafka{Brokers: brokers, Group: e.id, TopicPrefix: e.id,
-			Partitions: partitions, ReplicationFactor: 1}}
+		e.cfg.Broker.Kind = "kafka"
+		k := &e.cfg.Broker.Kafka
+		k.Brokers, k.Group, k.TopicPrefix, k.Partitions = brokers, e.id, e.id, partitions
 		e.census = func(ctx context.Context) (*census, error) { return kafkaCensus(ctx, e.cfg) }
 	}
 

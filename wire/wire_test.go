@@ -13,25 +13,17 @@ import (
 	"github.com/paygate/paygate/wire"
 )
 
-// testConfig is a worker's configuration for one provider, acme, at these limits, on RabbitMQ (or Kafka
-// with brokers), under a fresh prefix.
-func testConfig(t *testing.T, url string, brokers []string, limits ...config.Limit) *config.Config {
+// testConfig is a worker's configuration for one provider, acme, at these limits, on RabbitMQ, under a
+// fresh prefix: config's defaults but for those below.
+func testConfig(t *testing.T, url string, limits ...config.Limit) *config.Config {
 	t.Helper()
 	name := fmt.Sprintf("wire-test-%d", time.Now().UnixNano())
-	c := &config.Config{
-		Log:   config.Log{Level: "info", Format: "json"},
-		HTTP:  config.HTTP{Listen: "127.0.0.1:0"},
-		Redis: config.Redis{Addrs: []string{testenv.RedisAddr()}, KeyPrefix: name},
-		Gate:  config.Gate{Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond, WarmUp: true, WarmUpMax: time.Minute},
-		Broker: config.Broker{Kind: "rabbitmq", RabbitMQ: config.RabbitMQ{URLEnv: "WIRE_TEST_AMQP_URL", Exchange: name, Prefetch: 8,
-			ConsumerTimeout: 30 * time.Minute}},
-		Worker: config.Worker{Concurrency: 4, MaxInlineWait: 5 * time.Second, MaxAttempts: 8, MaxDeferralAge: time.Hour,
-			ShutdownTimeout: 5 * time.Second, DelayTiers: []time.Duration{2 * time.Second, 7 * time.Second, time.Hour}},
-		Providers: map[string]config.Provider{"acme": config.Provider{URL: url, Timeout: 5 * time.Second, Limits: limits}.WithDefaults()},
-	}
-	if brokers != nil {
-		c.Broker = config.Broker{Kind: "kafka", Kafka: config.Kafka{Brokers: brokers, Group: name, TopicPrefix: name, Partitions: 1, ReplicationFactor: 1}}
-	}
+	c := config.Default()
+	c.Redis.Addrs, c.Redis.KeyPrefix = []string{testenv.RedisAddr()}, name
+	c.Broker.RabbitMQ.URLEnv, c.Broker.RabbitMQ.Exchange, c.Broker.RabbitMQ.Prefetch = "WIRE_TEST_AMQP_URL", name, 8
+	w := &c.Worker
+	w.Concurrency, w.MaxDeferralAge, w.ShutdownTimeout, w.DelayTiers = 4, time.Hour, 5*time.Second, []time.Duration{2 * time.Second, 7 * time.Second, time.Hour}
+	c.Providers["acme"] = config.Provider{URL: url, Timeout: 5 * time.Second, Limits: limits}.WithDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +32,7 @@ func testConfig(t *testing.T, url string, brokers []string, limits ...config.Lim
 
 // Every derived setting comes from the configuration, once.
 func TestCore(t *testing.T) {
-	c := testConfig(t, "http://127.0.0.1:1/pay", nil, config.Limit{Requests: 3000, Per: time.Minute}, config.Limit{Requests: 100, Per: time.Second})
+	c := testConfig(t, "http://127.0.0.1:1/pay", config.Limit{Requests: 3000, Per: time.Minute}, config.Limit{Requests: 100, Per: time.Second})
 	got := wire.Core(c)
 	if got.BackoffBase != 2*time.Second || got.BackoffMax != time.Hour || got.RedisRetry != 2*time.Second {
 		t.Errorf("backoff %s..%s, redis retry %s: want the first and last delay tiers (2s..1h, 2s)", got.BackoffBase, got.BackoffMax, got.RedisRetry)
@@ -58,7 +50,7 @@ func TestCore(t *testing.T) {
 
 // A worker's gate warms up a state it finds missing; an operator's tool asks plainly.
 func TestGateRoles(t *testing.T) {
-	c := testConfig(t, "http://127.0.0.1:1/pay", nil, config.Limit{Requests: 10, Per: time.Second})
+	c := testConfig(t, "http://127.0.0.1:1/pay", config.Limit{Requests: 10, Per: time.Second})
 	rdb, err := wire.Redis(c)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +80,7 @@ func TestGateRoles(t *testing.T) {
 
 // A configuration error is marked as one; a missing secret names its variable, not a value.
 func TestConfigErrors(t *testing.T) {
-	c := testConfig(t, "http://127.0.0.1:1/pay", nil, config.Limit{Requests: 10, Per: time.Second})
+	c := testConfig(t, "http://127.0.0.1:1/pay", config.Limit{Requests: 10, Per: time.Second})
 	_, err := wire.OpenBroker(context.Background(), c, wire.Options{Secret: func(string) string { return "" }})
 	var ce wire.ConfigError
 	if !errors.As(err, &ce) || err.Error() != "broker.rabbitmq.url_env: environment variable WIRE_TEST_AMQP_URL is not set (amqp://user:pass@host:5672/vhost, or amqps://…:5671/… for TLS)" {
@@ -108,7 +100,7 @@ func TestBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	c := testConfig(t, ref.URL()+"/pay", nil, config.Limit{Requests: 10, Per: time.Second})
+	c := testConfig(t, ref.URL()+"/pay", config.Limit{Requests: 10, Per: time.Second})
 	c.Gate.WarmUp = false
 	o := wire.Options{Secret: func(name string) string {
 		if name == "WIRE_TEST_AMQP_URL" {

@@ -24,6 +24,10 @@ import (
 // providers.acme-pay.timeout.
 var envKey = strings.NewReplacer(".", "_", "-", "_")
 
+// decodeHooks read what strict decoding does not: durations, comma lists, and strings from the
+// environment.
+var decodeHooks = viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, commaListHook, integerHook, boolHook))
+
 // Default returns the documented defaults, without providers and without reading the file or the
 // environment: for programs that build a configuration in code (the demo, the benchmarks, tests) and
 // set only what differs. Validate it once the providers are in.
@@ -33,8 +37,7 @@ func Default() *Config {
 		v.SetDefault(k, d)
 	}
 	var c Config
-	hooks := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, commaListHook, integerHook, boolHook))
-	if err := v.Unmarshal(&c, hooks); err != nil {
+	if err := v.Unmarshal(&c, decodeHooks); err != nil {
 		panic("config: the defaults do not decode: " + err.Error()) // a programming error, caught by TestDefault
 	}
 	c.Providers = map[string]Provider{}
@@ -69,7 +72,7 @@ func Load(path string) (*Config, error) {
 	}
 	// Strict: no weak typing, which would read 1.9 as 1 and 1 as true. The hooks read what strict decoding
 	// does not: durations, comma lists, and strings from the environment.
-	hooks := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(durationHook, commaListHook, integerHook, boolHook))
+	hooks := decodeHooks
 	strict := func(dc *mapstructure.DecoderConfig) { dc.WeaklyTypedInput = false }
 	// Decoded exactly, the file's unknown keys are errors; but mapstructure drops a provider (a map
 	// element) with any error in it, so the values come from a decode that lets unknown keys be.

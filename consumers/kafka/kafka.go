@@ -245,11 +245,23 @@ func (b *Broker) member(ctx context.Context, streams map[string]chan consumers.D
 	defer cg.Close()
 	for {
 		gen, err := cg.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, kafkago.ErrGroupClosed):
 			return err
+		case errors.Is(err, kafkago.RebalanceInProgress):
+			// A member joined or left: the group rejoins with the same member id. Leaving here instead
+			// (a new member a second later) would start another rebalance for everyone, and the
+			// abandoned member id would hold the next one up to the rebalance timeout.
+			b.o.Log.Debug("kafka group rebalancing", zap.Error(err))
+			continue
+		case err != nil:
+			// The group has left and backs off before it joins again by itself: report, and wait for
+			// the next generation on the same group.
+			b.setReady(fmt.Errorf("kafka: %w", err))
+			b.o.Log.Warn("kafka consumer group error; rejoining", zap.Error(err))
+			continue
 		}
 		b.setReady(nil)
 		n := 0

@@ -17,6 +17,8 @@
 //	  since it was reserved (NotePause)
 //	woke late MaxLateTries times     -> slot released, deferred (not an attempt): never sent late
 //	gate state lost under the slot   -> slot given up, asked again (NoteLoss, NoteDisconnect)
+//	live limits changed under it     -> woken at once, slot given up, asked again under the new limits
+//	                                    (NoteLimits)
 //	provider 2xx                     -> ack
 //	provider throttles (429)         -> gate.Pause for the whole cluster, deferred (not an attempt)
 //	transient failure                -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts
@@ -167,6 +169,8 @@ type Worker struct {
 	pausedTill map[string]time.Time       // the pauses this process set (local clock), checked before every dispatch
 	announced  map[string]time.Time       // the end of the latest pause any worker set (Redis clock; NotePause)
 	lostAt     map[string]time.Time       // the latest loss of a provider's gate state (Redis clock; NoteLoss)
+	limitsAt   map[string]time.Time       // the latest change of a provider's live limits (Redis clock; NoteLimits)
+	relimit    map[string]chan struct{}   // closed by the next NoteLimits: wakes the jobs sleeping on slots
 	brokeAt    time.Time                  // the latest loss of the watch's connection (local clock; NoteDisconnect)
 	id         string                     // this worker, to the gate's margin
 	late       map[string]*lateness       // each provider's recent wake-ups, for ReportLateness
@@ -196,7 +200,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{},
-		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}, id: workerID(), late: newLateness(cfg.Providers),
+		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}, limitsAt: map[string]time.Time{}, relimit: map[string]chan struct{}{}, id: workerID(), late: newLateness(cfg.Providers),
 		landed: map[string][]chan struct{}{}}, nil
 }
 
@@ -310,28 +314,36 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// Redis chose the slot at its "now", somewhere between asking and the answer. Sleeping Delay from
 		// the answer is never early; lateness counts from the earliest the slot can be (asking + Delay), so
 		// a slow round trip to Redis counts in full.
-		if !Sleep(ctx, v.Delay) {
+		// A change of the provider's live limits ends the sleep early: the slot is void (below).
+		if !w.sleepOnSlot(ctx, provider, v) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
 		}
-		s.late = time.Since(asked.Add(v.Delay))
-		w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
-		if v.Delay > 0 {
-			// The fleet's margin follows how late processes wake, which is what a wider margin absorbs: the
-			// lateness counted from the answer, without the round trip to Redis (a slow Redis is a matter
-			// for the late limit above, not for the margin).
-			w.late[provider].add(time.Since(answered.Add(v.Delay)))
+		lost, relimited := w.lost(provider, v, asked)
+		if !relimited {
+			s.late = time.Since(asked.Add(v.Delay))
+			w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
+			if v.Delay > 0 {
+				// The fleet's margin follows how late processes wake, which is what a wider margin absorbs:
+				// the lateness counted from the answer, without the round trip to Redis (a slow Redis is a
+				// matter for the late limit above, not for the margin).
+				w.late[provider].add(time.Since(answered.Add(v.Delay)))
+			}
 		}
-		lost := w.lost(provider, v, asked)
-		if !lost && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {
+		if !lost && !relimited && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {
 			break
 		}
-		if lost {
+		switch {
+		case lost:
 			// The gate's state was lost (a Redis restart) while the job slept on its slot: the state in
 			// force does not know the slot and may give it to another job. Not sent: asked again, the job
 			// meets the warm-up, which waits for this moment (Limiter.Watch, LossNotice).
 			w.metrics.decisions.WithLabelValues(provider, "lost").Inc()
-		} else {
+		case relimited:
+			// The provider's live limits changed while the job slept on a slot decided under the old
+			// ones: sent, it could put the provider over the new limits. Given back and asked again.
+			w.metrics.decisions.WithLabelValues(provider, "relimited").Inc()
+		default:
 			w.metrics.decisions.WithLabelValues(provider, "late").Inc()
 		}
 		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
@@ -348,6 +360,10 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		w.land(ctx, provider, &lease) // given up: asking again takes a lease of its own
 		if try == MaxLateTries && lost {
 			s.deferFor(ctx, w.cfg.RedisRetry, "lost", errors.New("the gate's state was lost under its reservation repeatedly"))
+			return
+		}
+		if try == MaxLateTries && relimited {
+			s.deferFor(ctx, w.cfg.RedisRetry, "relimited", errors.New("the provider's live limits changed under its reservation repeatedly"))
 			return
 		}
 		if try == MaxLateTries {
@@ -535,6 +551,45 @@ const LossNotice = 500 * time.Millisecond
 // decided before it gives the slot up and asks again.
 func (w *Worker) NoteLoss(provider string, at time.Time) { w.raise(w.lostAt, provider, at) }
 
+// NoteLimits is told when any process set or reset a provider's live limits (`worker limits`,
+// gate.Limiter.Watch): at is the change's moment on the Redis clock. A job still holding a slot decided
+// before it, under the old limits, gives the slot up and asks again under the new ones.
+func (w *Worker) NoteLimits(provider string, at time.Time) {
+	w.raise(w.limitsAt, provider, at)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch := w.relimit[provider]; ch != nil {
+		close(ch) // wakes every job sleeping on a slot of this provider
+		delete(w.relimit, provider)
+	}
+}
+
+// sleepOnSlot sleeps until v's slot, or until the provider's live limits change (NoteLimits; at once if
+// they changed after v was decided). False when ctx ended.
+func (w *Worker) sleepOnSlot(ctx context.Context, provider string, v gate.Verdict) bool {
+	w.mu.Lock()
+	if v.Delay <= 0 || v.Now.Before(w.limitsAt[provider]) {
+		w.mu.Unlock()
+		return ctx.Err() == nil
+	}
+	ch := w.relimit[provider]
+	if ch == nil {
+		ch = make(chan struct{})
+		w.relimit[provider] = ch
+	}
+	w.mu.Unlock()
+	t := time.NewTimer(v.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // NoteDisconnect is told when the watch lost its connection to Redis (local clock): Redis may have
 // restarted, and a loss announced meanwhile went unheard. A job holding a slot it asked for before
 // that gives the slot up and asks again.
@@ -601,11 +656,12 @@ func (w *Worker) land(ctx context.Context, provider string, lease *string) {
 	*lease = ""
 }
 
-// lost reports whether the slot of v, asked for at asked, may belong to a gate state that was lost since.
-func (w *Worker) lost(provider string, v gate.Verdict, asked time.Time) bool {
+// lost reports whether the slot of v, asked for at asked, may belong to a gate state that was lost since,
+// and relimited whether it was decided under live limits that changed since.
+func (w *Worker) lost(provider string, v gate.Verdict, asked time.Time) (lost, relimited bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return v.Now.Before(w.lostAt[provider]) || asked.Before(w.brokeAt)
+	return v.Now.Before(w.lostAt[provider]) || asked.Before(w.brokeAt), v.Now.Before(w.limitsAt[provider])
 }
 
 func (w *Worker) announcedUntil(provider string) time.Time {

@@ -278,6 +278,28 @@ func TestOutcomes(t *testing.T) {
 			want:  []settled{{kind: "defer", after: redisRetry, why: "lost under its reservation"}},
 			calls: calls{reserve: consumers.MaxLateTries, release: consumers.MaxLateTries}},
 
+		// live limits changed under the slot -> woken at once, slot given up, asked again (NoteLimits)
+		{name: "live limits changed while it slept on its slot (NoteLimits): woken, given back, asked again, sent",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Minute}, during: func(w *consumers.Worker, v gate.Verdict) {
+				go func() { time.Sleep(20 * time.Millisecond); w.NoteLimits("acme", v.Now.Add(time.Millisecond)) }()
+			}}, allow(0)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, release: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
+				if g.released[0].slot != g.reserved[0].v.Slot() {
+					t.Errorf("released slot %v, want the void one %v", g.released[0].slot, g.reserved[0].v.Slot())
+				}
+				if slept := p.at[0].Sub(g.reserved[0].answered); slept > 30*time.Second {
+					t.Errorf("sent %v after the void slot's answer: it slept on the slot instead of waking", slept)
+				}
+			}},
+		{name: "live limits changed under every slot: deferred, never sent",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Millisecond}, during: func(w *consumers.Worker, v gate.Verdict) {
+				w.NoteLimits("acme", v.Now.Add(time.Millisecond))
+			}}},
+			want:  []settled{{kind: "defer", after: redisRetry, why: "live limits changed"}},
+			calls: calls{reserve: consumers.MaxLateTries, release: consumers.MaxLateTries}},
+
 		// provider 2xx -> ack
 		{name: "2xx: acked", want: []settled{{kind: "ack"}}, calls: calls{reserve: 1, dispatch: 1}},
 		{name: "2xx on a slot ahead: sent at the slot, acked", gate: []answer{allow(20 * time.Millisecond)},

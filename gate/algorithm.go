@@ -2,6 +2,7 @@ package gate
 
 import (
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -113,14 +114,26 @@ func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration
 		for _, p := range policies {
 			keys = append(keys, fmt.Sprintf("%sfw:%d", tag, micros(p.Window)))
 		}
+	// The buckets keep no history, only a level: read under other limits, the level of the old ones would
+	// forget what was sent (a bucket of 10 with 3 taken, cut to 4, would hand out 4 more). Named by their
+	// limits too, a change of limits (configured or live) starts them afresh and warms up.
 	case TokenBucket:
-		keys = append(keys, tag+"tb")
+		keys = append(keys, tag+"tb:"+limitsName(policies))
 	case GCRA:
-		keys = append(keys, tag+"gcra")
+		keys = append(keys, tag+"gcra:"+limitsName(policies))
 	case LeakyBucket:
-		keys = append(keys, tag+"leaky")
+		keys = append(keys, tag+"leaky:"+limitsName(policies))
 	}
 	return keys
+}
+
+// limitsName names a set of policies in a key: a hash of each limit and window (µs), in order.
+func limitsName(policies []Policy) string {
+	h := fnv.New32a()
+	for _, p := range policies {
+		fmt.Fprintf(h, "%d/%d|", p.Limit, micros(p.Window))
+	}
+	return fmt.Sprintf("%08x", h.Sum32())
 }
 
 // bucketWidth is SlidingWindow's sub-window in µs: buckets of them cover the window plus margin.

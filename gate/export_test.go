@@ -5,7 +5,7 @@ import "time"
 // ScriptOf exposes a provider's script source, keys and own arguments (ARGV[7..]) to the black-box tests,
 // which run altered copies of the script (TestFailedDecisionWritesNothing).
 func ScriptOf(l *Limiter, name string) (src string, keys []string, args []any) {
-	p := l.providers[name]
+	p := *l.providers[name].cur.Load()
 	return sources[p.algo], p.keys, p.appendArgv(nil, p.inForce.Load())
 }
 

@@ -19,6 +19,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,7 @@ var (
 	marginScript = redis.NewScript(lua.Margin)
 	sentScript   = redis.NewScript(lua.Sent)
 	landScript   = redis.NewScript(lua.Land)
+	limitsScript = redis.NewScript(lua.Limits)
 )
 
 // The reply of a reserve, index by index, as family.lua's header documents it.
@@ -173,7 +175,10 @@ type Limiter struct {
 	pauses    string // the channel pauses are announced on
 	margin    time.Duration
 	stale     int64 // µs
-	providers map[string]provider
+	providers map[string]*live
+	// opts and dedup build a provider anew under live limits
+	opts  Options
+	dedup time.Duration
 	// hold and fresh time the margin in force (marginHold, marginFresh; tests shorten them)
 	hold, fresh time.Duration
 }
@@ -185,13 +190,27 @@ const (
 	marginFresh = 10 * time.Second
 )
 
+// live is one provider: as configured, and as in force (the configured limits, or the live ones that
+// `worker limits set` put over them; see SetLimits).
+type live struct {
+	spec Provider
+	cur  atomic.Pointer[provider]
+	mu   sync.Mutex // one reading of the live limits at a time
+}
+
 type provider struct {
 	algo     Algorithm
 	script   *redis.Script // family.lua with the algorithm's part
 	policies []Policy
-	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, pace, epoch
-	// ARGV[15..]: limit, window µs per policy (ARGV[7..14]: provider.appendArgv)
+	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, limits, flight, pace, epoch
+	// ARGV[16..]: limit, window µs per policy (ARGV[7..15]: provider.appendArgv)
 	policyArgs []any
+	// version is the version of the live limits the policies follow (0: the configured ones, never
+	// overridden); source says which: "config" or "override". configMin is the configured smallest limit.
+	version   int64
+	source    string
+	configMin int64
+	liveAt    int64 // µs: when the live limits were last set or reset (0: never, or not read)
 	// maxFlight is Provider.MaxInFlight (0: no cap); lease its Lease in µs
 	maxFlight, lease int64
 	warmup           int64 // µs; 0: off
@@ -208,10 +227,10 @@ type provider struct {
 }
 
 // appendArgv appends ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace,
-// tolerance, max in flight, lease, then the policies.
+// tolerance, max in flight, lease, the live limits' version, then the policies.
 func (p provider) appendArgv(argv []any, m int64) []any {
 	pace, tolerance := p.paceAt(m)
-	return append(append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance, p.maxFlight, p.lease), p.policyArgs...)
+	return append(append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version), p.policyArgs...)
 }
 
 // paceAt is the pace and the burst tolerance in µs under margin m (0, 0: not paced).
@@ -251,14 +270,17 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.MarginMax < 0 || opts.MarginMax > MaxWindow {
 		return nil, fmt.Errorf("gate: margin ceiling must be 0..%s, got %s", MaxWindow, opts.MarginMax)
 	}
-	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: max(opts.Margin, opts.MarginMax), stale: micros(opts.StaleAfter), providers: make(map[string]provider, len(opts.Providers)),
-		hold: marginHold, fresh: marginFresh}
+	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: max(opts.Margin, opts.MarginMax), stale: micros(opts.StaleAfter), providers: make(map[string]*live, len(opts.Providers)),
+		opts: opts, dedup: dedup, hold: marginHold, fresh: marginFresh}
 	for name, spec := range opts.Providers {
 		p, err := newProvider(opts, name, spec, dedup)
 		if err != nil {
 			return nil, err
 		}
-		l.providers[name] = p
+		p.source = SourceConfig
+		lp := &live{spec: spec}
+		lp.cur.Store(&p)
+		l.providers[name] = lp
 	}
 	return l, nil
 }
@@ -276,7 +298,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	if algo == "" {
 		algo = SlidingLog
 	}
-	p := provider{algo: algo, script: scripts[algo], policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit}
+	p := provider{algo: algo, script: scripts[algo], policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit, source: SourceConfig}
 	if p.script == nil {
 		return provider{}, fmt.Errorf("gate: provider %s: unknown algorithm %q", name, algo)
 	}
@@ -338,6 +360,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	for _, pol := range policies {
 		p.policyArgs = append(p.policyArgs, pol.Limit, micros(pol.Window))
 	}
+	p.configMin = p.minLimit
 	p.floor, p.ceiling = micros(margin), micros(max(margin, opts.MarginMax))
 	if algo == SlidingWindow || algo == FixedWindow {
 		p.ceiling = p.floor // buckets cut by the margin; windows checked against it
@@ -353,7 +376,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	tag := opts.Prefix + ":{" + name + "}:"
 	p.keys = keysFor(tag, algo, policies, margin, buckets)
 	shape := stateShape(tag, algo, policies, p.keys)                      // the pace is not part of the counted state
-	p.keys = append(p.keys, tag+"flight", tag+"pace", tag+"epoch:"+shape) // the leases, the pace, the epoch always last
+	p.keys = append(p.keys, tag+"limits", tag+"flight", tag+"pace", tag+"epoch:"+shape) // the live limits, the leases, the pace, the epoch always last
 	p.marginKeys = []string{tag + "margin", tag + "lateness"}
 	return p, nil
 }
@@ -524,18 +547,26 @@ func (l *Limiter) Force(ctx context.Context, providerName, jobID string, cost in
 }
 
 func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
-	p, err := l.provider(providerName)
-	if err != nil {
-		return Verdict{}, err
-	}
+	var v Verdict
+	err := l.inForce(ctx, providerName, func(p provider) (err error) {
+		v, err = l.decideOn(ctx, p, providerName, jobID, cost, maxWait, force)
+		return err
+	})
+	return v, err
+}
+
+func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
 	if err := checkID(jobID); err != nil {
 		return Verdict{}, err
 	}
 	switch {
-	case cost < 1 || cost > p.minLimit:
-		return Verdict{}, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
+	case cost < 1 || cost > p.configMin:
+		return Verdict{}, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.configMin, providerName, cost)
 	case maxWait < 0:
 		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
+	case cost > p.minLimit:
+		// Within the configured limits but not within the live ones: held back while they stand.
+		return aboveLive(p), nil
 	}
 	wait := microsFloor(min(maxWait, MaxHorizon)) // never a slot past the caller's wait
 	forced := 0
@@ -756,6 +787,15 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 		if len(fields) < 2 {
 			continue
 		}
+		if len(fields) == 3 && fields[1] == "limits" { // "<provider> limits <at_us>": live limits set or reset (limits.lua)
+			at, err := strconv.ParseInt(fields[2], 10, 64)
+			if lw, ok := w.(LimitsWatcher); ok && err == nil {
+				if _, known := l.providers[fields[0]]; known {
+					lw.NoteLimits(fields[0], time.UnixMicro(at))
+				}
+			}
+			continue
+		}
 		if len(fields) == 2 && fields[1] == "landed" { // "<provider> landed": an in-flight lease ended (land.lua)
 			if lw, ok := w.(LandWatcher); ok {
 				if _, known := l.providers[fields[0]]; known {
@@ -804,7 +844,7 @@ func (l *Limiter) Land(ctx context.Context, providerName, lease string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	flight := p.keys[len(p.keys)-3]
+	flight := p.keys[len(p.keys)-3] // see newProvider
 	if err := landScript.Run(ctx, l.rdb, []string{flight}, lease, l.pauses, providerName, p.maxFlight).Err(); err != nil {
 		return fmt.Errorf("gate: land %s: %w", providerName, err)
 	}
@@ -837,25 +877,24 @@ func isTimeout(err error) bool {
 // and otherwise keep its units spent until they refill or leak (never handing out more than the limit).
 // The units returned are the id's left in the record, whatever the algorithm could give back.
 func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64, slot time.Time) (int64, error) {
-	p, err := l.provider(providerName)
-	if err != nil {
-		return 0, err
-	}
 	if err := checkID(jobID); err != nil {
 		return 0, err
-	}
-	if cost < 1 || cost > p.minLimit {
-		return 0, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.minLimit, providerName, cost)
 	}
 	at := int64(0)
 	if !slot.IsZero() {
 		at = slot.UnixMicro()
 	}
-	n, err := l.run(ctx, p, "release", jobID, cost, at, 0, 0).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
-	}
-	return n, nil
+	var n int64
+	err := l.inForce(ctx, providerName, func(p provider) (err error) {
+		if cost < 1 || cost > p.configMin {
+			return invalidf("gate: cost must be 1..%d for provider %s, got %d", p.configMin, providerName, cost)
+		}
+		if n, err = l.run(ctx, p, "release", jobID, cost, at, 0, 0).Int64(); err != nil {
+			return fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
+		}
+		return nil
+	})
+	return n, err
 }
 
 // run calls the provider's script under the margin in force: op, then ARGV[2..6] as given, then the
@@ -940,7 +979,11 @@ type Status struct {
 	// InFlight is the number of in-flight leases standing (Provider.MaxInFlight; 0 without a cap), and
 	// MaxInFlight the cap.
 	InFlight, MaxInFlight int64
-	Policies              []PolicyStatus
+	// Policies are the limits in force; LimitsSource says where they come from (SourceConfig or
+	// SourceOverride) and LimitsVersion is the live limits' version (see SetLimits).
+	Policies      []PolicyStatus
+	LimitsSource  string
+	LimitsVersion int64
 }
 
 // Algorithm returns the algorithm that counts a provider's budget.
@@ -951,10 +994,15 @@ func (l *Limiter) Algorithm(providerName string) (Algorithm, error) {
 
 // Status reads a provider's budget without changing it.
 func (l *Limiter) Status(ctx context.Context, providerName string) (Status, error) {
-	p, err := l.provider(providerName)
-	if err != nil {
-		return Status{}, err
-	}
+	var s Status
+	err := l.inForce(ctx, providerName, func(p provider) (err error) {
+		s, err = l.statusOf(ctx, p, providerName)
+		return err
+	})
+	return s, err
+}
+
+func (l *Limiter) statusOf(ctx context.Context, p provider, providerName string) (Status, error) {
 	reply, err := l.run(ctx, p, "status", "", 0, 0, 0, 0).Int64Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("gate: status %s: %w", providerName, err)
@@ -963,7 +1011,7 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 		return Status{}, fmt.Errorf("gate: status %s: malformed reply %v", providerName, reply)
 	}
 	s := Status{Provider: providerName, Now: time.UnixMicro(reply[statusNow]), Units: reply[statusUnits],
-		InFlight: reply[statusLeases], MaxInFlight: p.maxFlight}
+		InFlight: reply[statusLeases], MaxInFlight: p.maxFlight, LimitsSource: p.source, LimitsVersion: p.version}
 	if reply[statusPausedUntil] > 0 {
 		s.PausedUntil = time.UnixMicro(reply[statusPausedUntil])
 	}
@@ -990,12 +1038,13 @@ func (l *Limiter) Keys(providerName string) ([]string, error) {
 	return append([]string(nil), p.keys...), nil
 }
 
+// provider is the named provider as in force.
 func (l *Limiter) provider(name string) (provider, error) {
-	p, ok := l.providers[name]
+	lp, ok := l.providers[name]
 	if !ok {
 		return provider{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", name), cause: ErrUnknownProvider}
 	}
-	return p, nil
+	return *lp.cur.Load(), nil
 }
 
 // micros rounds a duration (>= 0, <= MaxHorizon) up to whole microseconds, the unit of every time the

@@ -875,6 +875,7 @@ func (w watchLog) note(format string, args ...any) {
 func (w watchLog) NotePause(p string, until time.Time) { w.note("pause %s %d", p, until.UnixMicro()) }
 func (w watchLog) NoteLoss(p string, at time.Time)     { w.note("loss %s %d", p, at.UnixMicro()) }
 func (w watchLog) NoteDisconnect(time.Time)            { w.note("disconnect") }
+func (w watchLog) NoteLimits(p string, at time.Time)   { w.note("limits %s %d", p, at.UnixMicro()) }
 
 // next returns the first note that starts with prefix, repeating poke every 100ms until one comes (a
 // subscription is asynchronous).

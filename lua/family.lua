@@ -12,7 +12,8 @@
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
 --                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
--- KEYS[4..#KEYS-3] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[4..#KEYS-4] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[#KEYS-3] -> <prefix>:{<provider>}:limits HASH the live limits (limits.lua): only its version is read
 -- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (ARGV[13]): member =
 --                                                id.."\0"..now_us of the admission that took it
 --                                                (id.."\0d"..now_us for a duplicate let go), score = when
@@ -50,7 +51,11 @@
 --             lease: a redelivery's earlier delivery may still be in flight on the old one
 -- ARGV[14] -> lease µs: a lease lapses this long after its slot (the provider's timeout plus a slack), so
 --             that a worker that died holding one gives it back by itself
--- ARGV[15], ARGV[16] -> limit, window µs of policy 0; ARGV[17], ARGV[18] -> policy 1; and so on
+-- ARGV[15] -> the version of the live limits (KEYS[#KEYS-3]'s version, 0 when absent) the caller built the
+--             policies below from: when the version in force differs, the call is refused before anything
+--             is read or written, with the error "PAYGATE_LIMITS <version in force>"; the caller reads the
+--             live limits (limits.lua 'show') and calls again
+-- ARGV[16], ARGV[17] -> limit, window µs of policy 0; ARGV[18], ARGV[19] -> policy 1; and so on
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -110,7 +115,7 @@
 -- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
 
 local ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
-local flight, pace_key, epoch = KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local live, flight, pace_key, epoch = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
 local op, id = ARGV[1], ARGV[2]
 
 -- Every check before anything is read or written: a bad call is an error reply and changes nothing.
@@ -123,7 +128,7 @@ for i = 3, #ARGV do
   local x = tonumber(ARGV[i])
   if not x or x < 0 or x ~= math.floor(x) then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
 end
-if (#ARGV - 14) < 2 or (#ARGV - 14) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[14]; arguments', #ARGV) end
+if (#ARGV - 15) < 2 or (#ARGV - 15) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[15]; arguments', #ARGV) end
 
 local cost = tonumber(ARGV[3])
 local arg4 = tonumber(ARGV[4])
@@ -137,7 +142,7 @@ local pace, tolerance = tonumber(ARGV[11]), tonumber(ARGV[12])
 local max_flight, lease = tonumber(ARGV[13]), tonumber(ARGV[14])
 
 local limits, windows = {}, {}
-for i = 15, #ARGV, 2 do
+for i = 16, #ARGV, 2 do
   limits[#limits + 1] = tonumber(ARGV[i])
   windows[#windows + 1] = tonumber(ARGV[i + 1])
   if limits[#limits] < 1 or windows[#windows] < 1 then return bad('limits and windows must be >= 1', ARGV[i] .. '/' .. ARGV[i + 1]) end
@@ -146,6 +151,9 @@ for i = 15, #ARGV, 2 do
   end
 end
 local P = #limits
+-- The live limits: decided under limits that are no longer in force, the call is refused (see ARGV[15]).
+local version = redis.call('HGET', live, 'version') or '0'
+if version ~= ARGV[15] then return redis.error_reply('PAYGATE_LIMITS ' .. version) end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

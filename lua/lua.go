@@ -29,6 +29,11 @@ var Sent string
 //go:embed land.lua
 var Land string
 
+// Limits sets, resets and shows a provider's live limits (the override over the configured ones).
+//
+//go:embed limits.lua
+var Limits string
+
 // Family is the driver every algorithm shares (input checks, ids, duplicates, moves, pause, pace,
 // warm-up, reserve, release, status): each algorithm's script is appended to it and run as one script,
 // with one KEYS/ARGV layout and one reply (see its header).

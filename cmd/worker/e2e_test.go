@@ -120,24 +120,32 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	f := &fleet{t: t, x: "e2e-" + hex.EncodeToString(b[:]), dir: t.TempDir(), sims: map[string]*simProc{}, tiers: []string{"500ms", "2s", "5s"}, margin: 10 * time.Millisecond}
+	for _, p := range ps {
+		f.sims[p.name] = startSim(t, p.limits, p.args...)
+	}
+	f.cfg = filepath.Join(f.dir, "config.yaml")
+	f.writeConfig(ps...)
+	t.Cleanup(f.cleanup)
+	return f
+}
+
+// writeConfig writes the fleet's configuration with these providers (each served by the simulator the
+// fleet started under its name), at the limits given here.
+func (f *fleet) writeConfig(ps ...simProvider) {
+	f.t.Helper()
 	var yaml strings.Builder
 	fmt.Fprintf(&yaml, "log: {level: info}\nhttp: {listen: \"127.0.0.1:0\"}\nredis: {addrs: [%q], key_prefix: %s}\n", testenv.RedisAddr(), f.x)
 	fmt.Fprintf(&yaml, "broker: {kind: rabbitmq, rabbitmq: {exchange: %s, prefetch: 16}}\n", f.x)
 	fmt.Fprintf(&yaml, "worker: {concurrency: 8, max_inline_wait: 2s, shutdown_timeout: 5s, delay_tiers: [%s]}\nproviders:\n", strings.Join(f.tiers, ", "))
 	for _, p := range ps {
-		s := startSim(t, p.limits, p.args...)
-		f.sims[p.name] = s
-		fmt.Fprintf(&yaml, "  %s:\n    url: %s/pay\n    timeout: 5s\n    limits:\n", p.name, s.url)
+		fmt.Fprintf(&yaml, "  %s:\n    url: %s/pay\n    timeout: 5s\n    limits:\n", p.name, f.sims[p.name].url)
 		for _, w := range p.limits {
 			fmt.Fprintf(&yaml, "      - {requests: %d, per: %s}\n", w.Limit, w.Per)
 		}
 	}
-	f.cfg = filepath.Join(f.dir, "config.yaml")
 	if err := os.WriteFile(f.cfg, []byte(yaml.String()), 0o600); err != nil {
-		t.Fatal(err)
+		f.t.Fatal(err)
 	}
-	t.Cleanup(f.cleanup)
-	return f
 }
 
 // established marks every provider's gate state as existing (its epoch key), as in a deployment that

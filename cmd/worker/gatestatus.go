@@ -29,6 +29,10 @@ type statusReport struct {
 	InFlight    int64          `json:"in_flight"`
 	MaxInFlight int64          `json:"max_in_flight"`
 	Policies    []statusPolicy `json:"policies"`
+	// Where the policies come from: "config", or "override" (worker limits set), and the live limits'
+	// version (how many times they were set or reset).
+	LimitsSource  string `json:"limits_source"`
+	LimitsVersion int64  `json:"limits_version"`
 	// The margin in force (gate.margin .. gate.margin_max), and why it is what it is.
 	MarginMs      float64 `json:"margin_ms"`
 	MarginFloorMs float64 `json:"margin_floor_ms"`
@@ -63,7 +67,7 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	rep := statusReport{Provider: st.Provider, Algorithm: string(algo), Now: st.Now.UTC().Format(time.RFC3339Nano), Units: st.Units,
-		InFlight: st.InFlight, MaxInFlight: st.MaxInFlight,
+		InFlight: st.InFlight, MaxInFlight: st.MaxInFlight, LimitsSource: st.LimitsSource, LimitsVersion: st.LimitsVersion,
 		MarginMs: ms(m.Margin), MarginFloorMs: ms(m.Floor), MarginMaxMs: ms(m.Ceiling), MarginWhy: m.Why}
 	if !st.PausedUntil.IsZero() {
 		rep.PausedUntil = st.PausedUntil.UTC().Format(time.RFC3339Nano)
@@ -87,6 +91,9 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d units %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
 	fmt.Fprintf(stdout, "margin in force %s (gate.margin %s, gate.margin_max %s): %s\n", m.Margin, m.Floor, m.Ceiling, m.Why)
+	if rep.LimitsSource != gate.SourceConfig {
+		fmt.Fprintf(stdout, "limits: live override (version %d; worker limits reset goes back to the configured ones)\n", rep.LimitsVersion)
+	}
 	if rep.MaxInFlight > 0 {
 		fmt.Fprintf(stdout, "in flight: %d of %d leases\n", rep.InFlight, rep.MaxInFlight)
 	}

@@ -6,6 +6,9 @@
 //	worker check-config --config FILE
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D | --force]
 //	worker gate status  --config FILE --provider NAME [--json]
+//	worker limits set   --config FILE --provider NAME --limits SPEC [--json]
+//	worker limits show  --config FILE --provider NAME [--json]
+//	worker limits reset --config FILE --provider NAME [--json]
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F] [--max-in-flight N]
 //
 // Exit status: 0 success (a denied gate try is a success), 1 a runtime failure (Redis unreachable, say),
@@ -29,11 +32,12 @@ const usage = `usage: worker <command> [flags]
 
 commands:
   demo           run everything in one process (embedded Redis and Kafka) and report what the providers saw
-  run            consume jobs, ask the gate, dispatch to providers, settle (until SIGTERM)
+  run            consume jobs, ask the gate, dispatch to providers, settle (until SIGTERM; SIGHUP reloads)
   enqueue        publish synthetic jobs (--provider --count) or a JSON-lines file (--file) with confirms
   check-config   validate a configuration file and print its providers and limits
   gate try       ask the gate once for a provider's budget and print the verdict as JSON (--force: token_bucket)
   gate status    print each of a provider's policies: use, reservations, remaining, reset
+  limits         set, show or reset a provider's live limits (in force fleet-wide when it returns)
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 
 Run "worker <command> -h" for a command's flags.
@@ -89,6 +93,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return gateStatus(ctx, rest[1:], stdout, stderr)
 		}
 		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try or status)", rest[0])}
+	case "limits":
+		return limitsCmd(ctx, rest, stdout, stderr)
 	case "run":
 		return runWorker(ctx, rest, stdout, stderr)
 	case "enqueue":

@@ -2,20 +2,30 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+	"os"
+	"os/signal"
+	"reflect"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/ops"
 	"github.com/paygate/paygate/wire"
 )
 
-// runWorker is "worker run": consume, gate, dispatch, settle, until SIGTERM/SIGINT.
+// runWorker is "worker run": consume, gate, dispatch, settle, until SIGTERM/SIGINT. SIGHUP re-reads the
+// configuration file: a valid one replaces the running one after the jobs in hand are finished (as at a
+// shutdown, nothing is dropped), an invalid one is refused with check-config's messages and the running
+// configuration stays in force.
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, _, err := loadRunnable("run", args, stderr)
+	c, path, err := loadRunnable("run", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -24,39 +34,97 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return configError(err)
 	}
 	defer func() { _ = log.Sync() }()
-
-	parts, err := wire.Build(ctx, c, wire.Options{Log: log})
-	if err != nil {
-		return err
-	}
-	defer parts.Close()
-	rdb, b := parts.Redis, parts.Broker
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := consumers.NewMetrics(reg)
-	for _, name := range c.ProviderNames() {
-		metrics.Touch(name)
-	}
+	var running atomic.Pointer[wire.Parts] // what /readyz checks
 	srv, err := ops.Start(c.HTTP.Listen, reg, map[string]ops.Check{
-		"redis":  func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		"broker": func(context.Context) error { return b.Ready() },
+		"redis": func(ctx context.Context) error {
+			if p := running.Load(); p != nil {
+				return p.Redis.Ping(ctx).Err()
+			}
+			return errors.New("starting")
+		},
+		"broker": func(context.Context) error {
+			if p := running.Load(); p != nil {
+				return p.Broker.Ready()
+			}
+			return errors.New("starting")
+		},
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 
+	for {
+		parts, err := wire.Build(ctx, c, wire.Options{Log: log})
+		if err != nil {
+			return err
+		}
+		running.Store(parts)
+		gen, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- serve(gen, c, parts, log, metrics, srv.Addr()) }()
+		next, err := untilReload(ctx, path, c, log, stderr, hup, done)
+		stop()
+		if next != nil {
+			err = <-done // the jobs in hand finish, as at a shutdown
+		}
+		parts.Close()
+		if next == nil || err != nil || ctx.Err() != nil {
+			return err
+		}
+		c = next
+		log.Info("configuration reloaded", zap.String("config", path), zap.Strings("providers", c.ProviderNames()))
+	}
+}
+
+// untilReload waits for the worker to end (its error, next nil) or for a SIGHUP with a valid
+// configuration (next). A SIGHUP with an invalid one is logged and refused.
+func untilReload(ctx context.Context, path string, c *config.Config, log *zap.Logger, stderr io.Writer, hup <-chan os.Signal, done <-chan error) (next *config.Config, err error) {
+	for {
+		select {
+		case err := <-done:
+			return nil, err
+		case <-hup:
+			next, err := loadConfig(path, stderr)
+			if err == nil {
+				err = checkHold(next)
+			}
+			if err != nil {
+				log.Error("configuration reload refused: the running configuration stays in force", zap.String("config", path), zap.Error(err))
+				continue
+			}
+			if !reflect.DeepEqual(next.Log, c.Log) || next.HTTP != c.HTTP {
+				log.Warn("configuration reload: log and http settings take a restart; the rest is reloaded", zap.String("config", path))
+			}
+			return next, nil
+		case <-ctx.Done():
+			return nil, <-done
+		}
+	}
+}
+
+// serve runs one configuration's worker until ctx ends.
+func serve(ctx context.Context, c *config.Config, parts *wire.Parts, log *zap.Logger, metrics *consumers.Metrics, httpAddr string) error {
+	for _, name := range c.ProviderNames() {
+		metrics.Touch(name)
+	}
 	w, err := parts.Worker(nil, log, metrics)
 	if err != nil {
 		return err
 	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := parts.Redis.Ping(ctx).Err(); err != nil {
 		log.Warn("redis unreachable at start: jobs are deferred until it answers", zap.Error(err))
 	}
 	// Every worker holds a provider as soon as any of them is throttled, and gives up slots decided before a
-	// loss of the gate's state (gate.Limiter.Watch), until its last job settled: jobs still go out at their
-	// slots during the shutdown.
+	// loss of the gate's state or a change of its live limits (gate.Limiter.Watch), until its last job
+	// settled: jobs still go out at their slots during the shutdown.
 	watch, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watched := make(chan struct{})
 	go func() {
@@ -73,9 +141,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, w := range warn {
 		log.Warn("capacity: " + w)
 	}
-	log.Info("worker running", zap.String("http", srv.Addr()), zap.String("broker", c.Broker.Kind),
+	log.Info("worker running", zap.String("http", httpAddr), zap.String("broker", c.Broker.Kind),
 		zap.String("redis", c.Redis.String()), zap.Strings("providers", c.ProviderNames()))
-	err = w.Run(ctx, b)
+	err = w.Run(ctx, parts.Broker)
 	log.Info("worker stopped")
 	return err
 }

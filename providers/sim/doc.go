@@ -6,7 +6,8 @@
 // accepted). It deduplicates by the idempotency header: a key seen before gets the stored response and
 // counts as a duplicate, never as a second charge. Injected faults (500s, hung requests) are counted
 // apart. GET /stats reports it all as JSON; GET /keys lists the keys accepted; POST /faults changes the
-// injected faults while it runs (a 429 storm, an outage, a latency, error rates).
+// injected faults while it runs (a 429 storm, an outage, a latency, error rates); POST /limits changes
+// its limits.
 //
 // # worker provider-sim
 //
@@ -72,6 +73,16 @@
 // throttle_for is a 429 storm: every payment request is answered 429 with Retry-After: retry_after and
 // is not charged (throttled_injected). down_for is an outage: every payment request has its connection
 // closed without an answer (down_refused). Both last from the moment they are set; {} ends every fault.
+//
+// # POST /limits
+//
+// POST /limits changes the limits enforced from that moment, as a provider that lowers or raises an
+// account's limits during the day (the live-limits test uses it):
+//
+//	{"limits":"50/1s,1000/1m"}
+//
+// The new windows are checked over the requests it remembers (at least the longest window it has had);
+// each window's max_in_window in /stats starts afresh. A bad spec is a 400 and changes nothing.
 //
 // # In process
 //

@@ -377,7 +377,55 @@ func (p *Provider) trim(now time.Time) {
 	}
 }
 
+// SetLimits changes the limits the provider enforces from now on (POST /limits), as a provider that lowers
+// or raises an account's limits during the day. Requests are counted against the new windows with the
+// history it kept (at least the longest window it has had). Each window's MaxInWindow starts afresh.
+func (p *Provider) SetLimits(limits []Window) error {
+	if len(limits) == 0 {
+		return errors.New("sim: at least one limit is required")
+	}
+	for _, w := range limits {
+		if w.Limit < 1 || w.Per <= 0 {
+			return fmt.Errorf("sim: limit %s: want N >= 1 per a positive duration", w)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.o.Limits = append([]Window(nil), limits...)
+	p.stats.Windows = nil
+	for _, w := range limits {
+		p.longest = max(p.longest, w.Per)
+		p.stats.Windows = append(p.stats.Windows, WindowStats{Limit: w.Limit, Per: w.Per.String()})
+	}
+	return nil
+}
+
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/limits" { // {"limits": "50/1s,1000/1m"}: enforce these from now on
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST /limits", http.StatusMethodNotAllowed)
+			return
+		}
+		var body struct {
+			Limits string `json:"limits"`
+		}
+		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			http.Error(w, "limits: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ws, err := ParseLimits(body.Limits)
+		if err == nil {
+			err = p.SetLimits(ws)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if r.URL.Path == "/keys" { // the idempotency keys accepted (charged), for ledgers
 		if r.Method != http.MethodGet {
 			http.Error(w, "GET /keys", http.StatusMethodNotAllowed)

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paygate/paygate/providers/sim"
+)
+
+// post sends a JSON body to one of the simulator's control endpoints (POST /limits, /faults).
+func (s *simProc) post(path, body string) {
+	s.t.Helper()
+	resp, err := http.Post(s.url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		s.t.Fatalf("POST %s %s: %s", path, body, resp.Status)
+	}
+}
+
+// limits runs "worker limits <args> --provider acme" against the fleet's configuration and returns its
+// JSON report.
+func (f *fleet) limits(args ...string) limitsReport {
+	f.t.Helper()
+	cmd := exec.Command(binary, append(append([]string{"limits"}, args...), "--config", f.cfg, "--provider", "acme", "--json")...)
+	cmd.Env = f.env()
+	out, err := cmd.Output()
+	if err != nil {
+		f.t.Fatalf("worker limits %v: %v %s", args, err, out)
+	}
+	var rep limitsReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		f.t.Fatalf("worker limits %v: %v %s", args, err, out)
+	}
+	return rep
+}
+
+// The live-limits acceptance (issue 18): three worker processes at 100/1s with a backlog; `worker limits
+// set` to 50/1s while they run. From 1 s after the command returns, the provider, then enforcing 50/1s,
+// sees nothing over it (its violations count what would have been); `worker limits reset` brings 100/1s
+// back.
+func TestLiveLimitsFleet(t *testing.T) {
+	windows := []sim.Window{{Limit: 100, Per: time.Second}}
+	f := newFleet(t, simProvider{name: "acme", limits: windows})
+	f.established()
+	f.enqueue("acme", 3000, "l")
+	for range 3 {
+		f.startWorker()
+	}
+	s := f.sims["acme"]
+	f.waitFor("dispatching", time.Minute, func() bool { return s.Stats().Accepted >= 200 })
+
+	set := f.limits("set", "--limits", "50/1s")
+	returned := time.Now()
+	if set.Source != "override" || strings.Join(set.Limits, ",") != "50/1s" || strings.Join(set.Config, ",") != "100/1s" || set.Version < 1 {
+		t.Fatalf("limits set: %+v", set)
+	}
+	time.Sleep(time.Until(returned.Add(time.Second)))
+	s.post("/limits", `{"limits":"50/1s"}`) // the referee holds the fleet to the new limit from here
+	from := s.Stats()
+	time.Sleep(4 * time.Second)
+	during := s.Stats()
+	if shown := f.limits("show"); shown.Source != "override" || shown.Version != set.Version {
+		t.Fatalf("limits show during the override: %+v", shown)
+	}
+
+	s.post("/limits", `{"limits":"100/1s"}`) // first, so that the referee allows what reset allows
+	reset := f.limits("reset")
+	if reset.Source != "config" || strings.Join(reset.Limits, ",") != "100/1s" || reset.Version != set.Version+1 {
+		t.Fatalf("limits reset: %+v", reset)
+	}
+	// Back at 100/1s: within a few seconds some second holds more than 50.
+	busiest, last := int64(0), s.Stats().Accepted
+	for range 6 {
+		time.Sleep(time.Second)
+		n := s.Stats().Accepted
+		busiest, last = max(busiest, n-last), n
+	}
+	f.stopAll()
+	end := s.Stats()
+	t.Logf("before the set: %d accepted; under 50/1s: %d in 4s (max in a window %d); after the reset: busiest second %d",
+		from.Accepted, during.Accepted-from.Accepted, during.Windows[0].MaxInWindow, busiest)
+	if from.Violations != 0 || end.Violations != 0 || end.Duplicates != 0 {
+		f.dumpLogs()
+		t.Fatalf("violations %d before the set, %d in all (duplicates %d): want none", from.Violations, end.Violations, end.Duplicates)
+	}
+	if during.Accepted == from.Accepted {
+		f.dumpLogs()
+		t.Fatal("nothing accepted under the live 50/1s")
+	}
+	// At 50/1s a second (and the few ms a sample drifts) holds at most about 52; at 100/1s about 95.
+	if busiest < 70 {
+		f.dumpLogs()
+		t.Fatalf("after limits reset the busiest second held %d: the configured 100/1s did not come back", busiest)
+	}
+}

@@ -1,0 +1,279 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Where a provider's limits in force come from (Status.LimitsSource, LiveLimits.Source).
+const (
+	SourceConfig   = "config"   // the limits the Limiter was built with
+	SourceOverride = "override" // live limits set with SetLimits (`worker limits set`)
+)
+
+// LimitsWatcher is a Watcher that is also told when any process changed a provider's live limits
+// (SetLimits, ResetLimits): at is the change's moment on the Redis clock. A reservation decided before it
+// (Verdict.Now before at) was decided under the old limits; used after the change, it could put the
+// provider over the new ones, so it must not be used: give it up and ask again.
+type LimitsWatcher interface {
+	Watcher
+	NoteLimits(provider string, at time.Time)
+}
+
+// LiveLimits are a provider's limits in force and where they come from.
+type LiveLimits struct {
+	Provider string
+	// Policies are the limits in force; Configured the ones the Limiter was built with.
+	Policies, Configured []Policy
+	// Source is SourceConfig or SourceOverride.
+	Source string
+	// Version counts the changes (set or reset) of the provider's live limits, ever: 0 when never changed.
+	Version int64
+	// At is when they were last set or reset (Redis clock); zero when never.
+	At time.Time
+}
+
+// SetLimits puts live limits over a provider's configured ones, for every process of the fleet. They are
+// checked as the configured ones are (the provider's algorithm, margin and burst), and kept in Redis
+// (<prefix>:{<provider>}:limits) until ResetLimits. Every decision checks the live limits' version
+// atomically with the decision itself, so once SetLimits returns, nothing is admitted under the limits it
+// replaced; reservations decided before it are announced as void (LimitsWatcher).
+//
+// A job whose cost is within the configured limits but above a live limit is denied while the live limits
+// stand (retry after the shortest window). The burst follows the new shortest limit: a burst of the whole
+// limit (no pacing) stays so, and a smaller one is cut to the new limit. A change of windows under
+// algorithms other than SlidingLog starts their state afresh, which warms up (Options.WarmUp).
+func (l *Limiter) SetLimits(ctx context.Context, providerName string, policies []Policy) (LiveLimits, error) {
+	lp, ok := l.providers[providerName]
+	if !ok {
+		return LiveLimits{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	}
+	if _, err := l.build(providerName, lp, 0, policies); err != nil {
+		return LiveLimits{}, &invalidError{msg: err.Error()}
+	}
+	return l.changeLimits(ctx, providerName, lp, "set", FormatPolicies(policies))
+}
+
+// ResetLimits puts a provider back on its configured limits, as SetLimits puts live ones in force.
+func (l *Limiter) ResetLimits(ctx context.Context, providerName string) (LiveLimits, error) {
+	lp, ok := l.providers[providerName]
+	if !ok {
+		return LiveLimits{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	}
+	return l.changeLimits(ctx, providerName, lp, "reset", "")
+}
+
+// Limits reads a provider's limits in force from Redis.
+func (l *Limiter) Limits(ctx context.Context, providerName string) (LiveLimits, error) {
+	if _, ok := l.providers[providerName]; !ok {
+		return LiveLimits{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	}
+	if err := l.refresh(ctx, providerName, -1); err != nil {
+		return LiveLimits{}, err
+	}
+	return l.liveOf(providerName), nil
+}
+
+func (l *Limiter) changeLimits(ctx context.Context, providerName string, lp *live, op, spec string) (LiveLimits, error) {
+	p := lp.cur.Load()
+	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), op, spec, l.pauses, providerName).Slice()
+	if err != nil {
+		return LiveLimits{}, fmt.Errorf("gate: %s limits of %s: %w", op, providerName, err)
+	}
+	version, limits, at, err := liveReply(reply)
+	if err != nil {
+		return LiveLimits{}, fmt.Errorf("gate: %s limits of %s: %w", op, providerName, err)
+	}
+	if err := l.adopt(providerName, lp, version, limits, at); err != nil {
+		return LiveLimits{}, err
+	}
+	return l.liveOf(providerName), nil
+}
+
+func (l *Limiter) liveOf(providerName string) LiveLimits {
+	lp := l.providers[providerName]
+	p := lp.cur.Load()
+	out := LiveLimits{Provider: providerName, Policies: append([]Policy(nil), p.policies...),
+		Configured: append([]Policy(nil), lp.spec.Policies...), Source: p.source, Version: p.version}
+	if p.liveAt > 0 {
+		out.At = time.UnixMicro(p.liveAt)
+	}
+	return out
+}
+
+// inForce runs op on the provider as in force. When the script refuses it because the live limits
+// changed since (another process set or reset them), it reads them and runs op again.
+func (l *Limiter) inForce(ctx context.Context, providerName string, op func(p provider) error) error {
+	for try := 1; ; try++ {
+		p, err := l.provider(providerName)
+		if err != nil {
+			return err
+		}
+		err = op(p)
+		version, changed := limitsChanged(err)
+		if !changed || try == 3 { // three changes within one decision: give up, as for a Redis error
+			return err
+		}
+		if err := l.refresh(ctx, providerName, version); err != nil {
+			return err
+		}
+	}
+}
+
+// limitsChanged reads family.lua's refusal of a call made under limits no longer in force.
+func limitsChanged(err error) (version int64, ok bool) {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return 0, false
+	}
+	v, found := strings.CutPrefix(re.Error(), "PAYGATE_LIMITS ")
+	if !found {
+		return 0, false
+	}
+	n, perr := strconv.ParseInt(v, 10, 64)
+	return n, perr == nil
+}
+
+// refresh reads the provider's live limits and puts them in force in this process, unless it follows
+// version already (-1: read whatever).
+func (l *Limiter) refresh(ctx context.Context, providerName string, version int64) error {
+	lp := l.providers[providerName]
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	p := lp.cur.Load()
+	if version >= 0 && p.version == version {
+		return nil // another call read them meanwhile
+	}
+	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), "show", "", l.pauses, providerName).Slice()
+	if err != nil {
+		return fmt.Errorf("gate: read the live limits of %s: %w", providerName, err)
+	}
+	v, limits, at, err := liveReply(reply)
+	if err != nil {
+		return fmt.Errorf("gate: read the live limits of %s: %w", providerName, err)
+	}
+	return l.adoptLocked(providerName, lp, v, limits, at)
+}
+
+func (l *Limiter) adopt(providerName string, lp *live, version int64, limits string, at int64) error {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	return l.adoptLocked(providerName, lp, version, limits, at)
+}
+
+// adoptLocked puts the live limits of one version in force in this process (lp.mu held). An older version
+// than the one in force is a reply that lost a race with a newer change: ignored.
+func (l *Limiter) adoptLocked(providerName string, lp *live, version int64, limits string, at int64) error {
+	cur := lp.cur.Load()
+	if version < cur.version {
+		return nil
+	}
+	var policies []Policy
+	if limits != "" {
+		var err error
+		if policies, err = ParsePolicies(limits); err != nil {
+			return fmt.Errorf("gate: the live limits of %s in Redis: %w", providerName, err)
+		}
+	}
+	p, err := l.build(providerName, lp, version, policies)
+	if err != nil {
+		return fmt.Errorf("gate: the live limits of %s in Redis: %w", providerName, err)
+	}
+	p.liveAt = at
+	lp.cur.Store(&p)
+	return nil
+}
+
+// build makes the provider under live policies (nil: the configured ones) at a version of the live limits.
+func (l *Limiter) build(providerName string, lp *live, version int64, policies []Policy) (provider, error) {
+	spec := lp.spec
+	if policies != nil {
+		configured := ShortestPolicy(spec.Policies)
+		spec.Policies = policies
+		if shortest := ShortestPolicy(policies); spec.Burst >= configured.Limit {
+			spec.Burst = shortest.Limit // a burst of the whole limit: still no pacing
+		} else {
+			spec.Burst = min(spec.Burst, shortest.Limit)
+		}
+	}
+	p, err := newProvider(l.opts, providerName, spec, l.dedup)
+	if err != nil {
+		return provider{}, err
+	}
+	base := lp.cur.Load()
+	if base != nil {
+		p.inForce = base.inForce // the margin in force is the provider's, whatever its limits
+		p.configMin = base.configMin
+	}
+	p.version = version
+	if policies != nil {
+		p.source = SourceOverride
+	}
+	return p, nil
+}
+
+// liveKeys are limits.lua's KEYS: the live limits and the pace (see newProvider for the order).
+func (p provider) liveKeys() []string {
+	return []string{p.keys[len(p.keys)-4], p.keys[len(p.keys)-2]}
+}
+
+// aboveLive is the denial of a job whose cost the configured limits allow and the live ones do not.
+func aboveLive(p provider) Verdict {
+	i := 0
+	for j, pol := range p.policies {
+		if pol.Limit < p.policies[i].Limit {
+			i = j
+		}
+	}
+	retry := max(time.Second, ShortestPolicy(p.policies).Window)
+	return Verdict{Policy: i, Limit: p.policies[i], RetryAfter: retry, Margin: time.Duration(p.inForce.Load()) * time.Microsecond}
+}
+
+// liveReply reads limits.lua's {version, limits, at_us}.
+func liveReply(reply []any) (version int64, limits string, at int64, err error) {
+	if len(reply) != 3 {
+		return 0, "", 0, fmt.Errorf("malformed reply %v", reply)
+	}
+	version, ok1 := reply[0].(int64)
+	limits, ok2 := reply[1].(string)
+	at, ok3 := reply[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return 0, "", 0, fmt.Errorf("malformed reply %v", reply)
+	}
+	return version, limits, at, nil
+}
+
+// ParsePolicies reads limits written as "N/duration", comma-separated: "200/1s,5000/1m". Each needs N >= 1
+// and a window Go's time.ParseDuration reads (ms, s, m, h).
+func ParsePolicies(spec string) ([]Policy, error) {
+	var out []Policy
+	for part := range strings.SplitSeq(spec, ",") {
+		part = strings.TrimSpace(part)
+		n, per, ok := strings.Cut(part, "/")
+		limit, err := strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+		if !ok || err != nil || limit < 1 {
+			return nil, fmt.Errorf("limit %q: want N/duration with N >= 1, e.g. 100/1s", part)
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(per))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("limit %q: want a positive duration after the slash, e.g. 100/1s", part)
+		}
+		out = append(out, Policy{Limit: limit, Window: d})
+	}
+	return out, nil
+}
+
+// FormatPolicies writes policies as ParsePolicies reads them.
+func FormatPolicies(policies []Policy) string {
+	parts := make([]string, len(policies))
+	for i, p := range policies {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,182 @@
+package gate_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// twoProcesses is one provider's gate as two processes hold it: same prefix, separate Limiters, the
+// warm-up on, and its state begun already (the epoch written: no first-use warm-up).
+func twoProcesses(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm, policies ...gate.Policy) (a, b *gate.Limiter) {
+	t.Helper()
+	opts := gate.Options{Prefix: uniquePrefix(t), Margin: 5 * time.Millisecond, WarmUp: true,
+		Providers: map[string]gate.Provider{prov: {Algorithm: algo, Policies: policies}}}
+	var err error
+	if a, err = gate.New(rdb, opts); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = gate.New(rdb, opts); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := a.Keys(prov)
+	if err := rdb.Set(context.Background(), keys[len(keys)-1], "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// admitted counts the Allows (no wait) admitted out of n, each a new job.
+func admitted(t *testing.T, l *gate.Limiter, tag string, n int) int {
+	t.Helper()
+	got := 0
+	for i := range n {
+		v, err := l.Allow(context.Background(), prov, tag+id(i), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Allowed {
+			got++
+		}
+	}
+	return got
+}
+
+// Live limits set by one process hold for another from its very next decision, counted with what was
+// admitted before them; reset brings the configured limits back. Every algorithm, every backend. The
+// buckets (token_bucket, gcra, leaky_bucket) keep a level, not a history: under new limits they start
+// afresh and warm up, so nothing more goes within the window.
+func TestLiveLimits(t *testing.T) {
+	eachAlgorithm(t, gate.Algorithms, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		ctx := context.Background()
+		a, b := twoProcesses(t, rdb, algo, pol(10, time.Hour))
+		first := 3
+		if algo == gate.LeakyBucket {
+			first = 1 // a leaky bucket's Allow admits one at a time: its queue is what reservations fill
+		}
+		if got := admitted(t, a, "before-", first); got != first {
+			t.Fatalf("admitted %d of %d under 10/1h", got, first)
+		}
+		live, err := b.SetLimits(ctx, prov, []gate.Policy{pol(4, time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if live.Source != gate.SourceOverride || live.Version != 1 || gate.FormatPolicies(live.Policies) != "4/1h" || live.At.IsZero() {
+			t.Fatalf("set: %+v", live)
+		}
+		// a decided under 10/1h until now: its next decision is refused by the script, re-read, and decided
+		// under 4/1h, counting the 3 (or 1) before.
+		want := 4 - first
+		if algo == gate.TokenBucket || algo == gate.GCRA || algo == gate.LeakyBucket {
+			want = 0 // the warm-up: paused for the window
+		}
+		if got := admitted(t, a, "after-", 10); got != want {
+			t.Fatalf("admitted %d after the set, want %d (4/1h less the %d before)", got, want, first)
+		}
+		st := mustStatus(t, a)
+		if st.LimitsSource != gate.SourceOverride || st.LimitsVersion != 1 || st.Policies[0].Policy != pol(4, time.Hour) {
+			t.Fatalf("status after set: %+v", st)
+		}
+		if _, err := b.ResetLimits(ctx, prov); err != nil {
+			t.Fatal(err)
+		}
+		st = mustStatus(t, a)
+		if st.LimitsSource != gate.SourceConfig || st.LimitsVersion != 2 || st.Policies[0].Policy != pol(10, time.Hour) {
+			t.Fatalf("status after reset: %+v", st)
+		}
+		shown, err := a.Limits(ctx, prov)
+		if err != nil || shown.Source != gate.SourceConfig || shown.Version != 2 || gate.FormatPolicies(shown.Configured) != "10/1h" {
+			t.Fatalf("limits after reset: %+v, %v", shown, err)
+		}
+		// Set again: the version keeps growing, so a process still on version 1 cannot take the third
+		// change for the first.
+		if live, err = b.SetLimits(ctx, prov, []gate.Policy{pol(5, time.Hour)}); err != nil || live.Version != 3 {
+			t.Fatalf("second set: %+v, %v", live, err)
+		}
+	})
+}
+
+// A job whose cost the configured limits allow but the live ones do not is denied while they stand (not
+// an error, not dead-lettered: the worker defers it); above the configured limits it is invalid.
+func TestLiveLimitsBelowACost(t *testing.T) {
+	ctx := context.Background()
+	a, b := twoProcesses(t, backends(t)[0].rdb, gate.SlidingLog, pol(10, time.Minute))
+	if _, err := b.SetLimits(ctx, prov, []gate.Policy{pol(3, time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Reserve(ctx, prov, "big", 5, time.Second)
+	if err != nil || v.Allowed || v.RetryAfter < time.Second || v.Limit != pol(3, time.Minute) {
+		t.Fatalf("cost 5 under a live 3/1m: %+v, %v; want denied, retry >= 1s, policy 3/1m", v, err)
+	}
+	if _, err := a.Reserve(ctx, prov, "huge", 11, time.Second); !errors.Is(err, gate.ErrInvalid) {
+		t.Fatalf("cost 11 over the configured 10/1m: %v, want ErrInvalid", err)
+	}
+}
+
+// Live limits the provider's configuration could not have are refused, naming the problem, and nothing
+// changes in Redis.
+func TestLiveLimitsRefused(t *testing.T) {
+	ctx := context.Background()
+	rdb := backends(t)[0].rdb
+	for _, tt := range []struct {
+		algo     gate.Algorithm
+		policies []gate.Policy
+		want     string
+	}{
+		{gate.SlidingWindow, []gate.Policy{pol(5, time.Second), pol(9, time.Second)}, "a window may appear once"},
+		{gate.FixedWindow, []gate.Policy{pol(5, time.Millisecond)}, "longer than the margin"},
+		{gate.SlidingLog, []gate.Policy{pol(gate.MaxSlidingLogLimit+1, time.Hour)}, "takes limits up to"},
+		{gate.SlidingLog, []gate.Policy{pol(0, time.Second)}, "limit must be >= 1"},
+	} {
+		a, _ := twoProcesses(t, rdb, tt.algo, pol(10, time.Second))
+		_, err := a.SetLimits(ctx, prov, tt.policies)
+		if !errors.Is(err, gate.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %v: %v, want ErrInvalid saying %q", tt.algo, tt.policies, err, tt.want)
+			continue
+		}
+		if live, err := a.Limits(ctx, prov); err != nil || live.Version != 0 || live.Source != gate.SourceConfig {
+			t.Errorf("%s: after a refused set: %+v, %v; want version 0, config", tt.algo, live, err)
+		}
+	}
+}
+
+// A change of live limits is announced to every watching process, with its moment on the Redis clock: a
+// worker gives up the slots decided before it.
+func TestLiveLimitsAnnounced(t *testing.T) {
+	rdb := backends(t)[0].rdb
+	a, b := twoProcesses(t, rdb, gate.SlidingLog, pol(10, time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := watchLog{notes: make(chan string, 64)}
+	go func() { _ = a.Watch(ctx, rdb.(*redis.Client), w) }()
+	var set gate.LiveLimits
+	n := w.next(t, "limits", func() {
+		var err error
+		if set, err = b.SetLimits(ctx, prov, []gate.Policy{pol(5, time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if want := "limits " + prov + " " + strconv.FormatInt(set.At.UnixMicro(), 10); n != want {
+		t.Fatalf("notice %q, want %q", n, want)
+	}
+}
+
+// ParsePolicies reads what FormatPolicies writes, and refuses what is not N/duration.
+func TestParsePolicies(t *testing.T) {
+	ps, err := gate.ParsePolicies(" 200/1s, 5000/1m ,100000/24h")
+	if err != nil || gate.FormatPolicies(ps) != "200/1s,5000/1m,100000/24h" {
+		t.Fatalf("%v, %v", ps, err)
+	}
+	for _, bad := range []string{"", "100", "0/1s", "x/1s", "100/", "100/0s", "100/-1s", "100/1s,"} {
+		if _, err := gate.ParsePolicies(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -375,7 +375,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	p.inForce.Store(p.floor)
 	tag := opts.Prefix + ":{" + name + "}:"
 	p.keys = keysFor(tag, algo, policies, margin, buckets)
-	shape := stateShape(tag, algo, policies, p.keys)                      // the pace is not part of the counted state
+	shape := stateShape(tag, algo, policies, p.keys)                                    // the pace is not part of the counted state
 	p.keys = append(p.keys, tag+"limits", tag+"flight", tag+"pace", tag+"epoch:"+shape) // the live limits, the leases, the pace, the epoch always last
 	p.marginKeys = []string{tag + "margin", tag + "lateness"}
 	return p, nil

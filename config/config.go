@@ -130,6 +130,11 @@ type Provider struct {
 	// cap). Each dispatch holds a lease, taken with its slot and ended when its request ends; a dead
 	// worker's lapse after the provider's timeout plus a slack (gate.Provider.MaxInFlight).
 	MaxInFlight int64 `mapstructure:"max_in_flight"`
+	// Mode is "enforce" (the default: the gate holds jobs to the limits) or "shadow": the gate decides and
+	// counts, but every job goes at once, whatever it says (paygate_gate_decisions_total{decision=
+	// "would_deny"} counts what it would have held back). For putting paygate in front of a provider
+	// already in production.
+	Mode string `mapstructure:"mode"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
@@ -151,6 +156,8 @@ type Provider struct {
 // gate's own.
 const (
 	DefaultMethod            = "POST"
+	ModeEnforce              = "enforce"
+	ModeShadow               = "shadow"
 	DefaultAlgorithm         = string(gate.SlidingLog)
 	DefaultBuckets           = gate.DefaultBuckets // sliding_window's sub-windows per limit window
 	DefaultBurst             = 1                   // paced: one unit at a time
@@ -186,6 +193,9 @@ func (pr Provider) WithDefaults() Provider {
 	}
 	if pr.Algorithm == "" {
 		pr.Algorithm = DefaultAlgorithm
+	}
+	if pr.Mode == "" {
+		pr.Mode = ModeEnforce
 	}
 	if pr.Algorithm == string(gate.SlidingWindow) && pr.Buckets == 0 {
 		pr.Buckets = DefaultBuckets

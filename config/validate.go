@@ -115,6 +115,7 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	}
 	p.check(pr.Timeout > 0, path+".timeout", "must be > 0, got %s", pr.Timeout)
 	p.check(slices.Contains(Algorithms, pr.Algorithm), path+".algorithm", "unknown algorithm %q (supported: %s)", pr.Algorithm, strings.Join(Algorithms, ", "))
+	p.check(pr.Mode == ModeEnforce || pr.Mode == ModeShadow, path+".mode", "must be %s or %s, got %q", ModeEnforce, ModeShadow, pr.Mode)
 	switch {
 	case pr.Buckets != 0 && pr.Algorithm != string(gate.SlidingWindow):
 		p.add(path+".buckets", "only for algorithm sliding_window (this provider uses %s), got %d", pr.Algorithm, pr.Buckets)

@@ -153,6 +153,8 @@ type Config struct {
 	ReportEvery time.Duration
 	// Providers maps each provider to the largest cost a job may have there (its smallest limit).
 	Providers map[string]int64
+	// Shadow lists the providers in shadow mode: the gate decides and counts, every job goes at once.
+	Shadow map[string]bool
 }
 
 // Worker runs the core over a broker.
@@ -283,7 +285,11 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var lease string
 	defer func() { w.land(ctx, provider, &lease) }()
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
-	for try := 1; ; try++ {
+	shadow := w.cfg.Shadow[provider]
+	if shadow {
+		v = w.shadowDecide(ctx, provider, gid, j.Cost, &lease)
+	}
+	for try := 1; !shadow; try++ { // in shadow mode nothing waits: the job goes below
 		var err error
 		asked := time.Now()
 		v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
@@ -377,7 +383,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 	}
 	wait := w.pausedFor(provider)
-	if held := w.announcedUntil(provider).Sub(v.Slot()); held > wait {
+	if held := w.announcedUntil(provider).Sub(v.Slot()); held > wait && !shadow {
 		// Another worker was throttled after this slot was handed out, and the slot lies inside its pause
 		// (both times on the Redis clock).
 		wait = held
@@ -414,11 +420,16 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// goes back, so the retry's new request gets a new slot (a duplicate's entry may stand for an
 		// earlier request the provider did count). Releasing before the pause could hand the unit to
 		// another worker that sends into the throttle.
-		w.pause(ctx, provider, thr.RetryAfter)
-		if !v.Duplicate && !v.Moved {
+		if !shadow { // shadow mode holds nothing back, a pause included
+			w.pause(ctx, provider, thr.RetryAfter)
+		}
+		if v.Allowed && !v.Duplicate && !v.Moved {
 			_, _ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot())
+		}
+		if v.Allowed && !v.Duplicate && !v.Moved && !shadow {
 			// Sent on its slot, in time, and still too many for the provider: it counted the window with
-			// requests arriving later than the margin allows for. The fleet widens it.
+			// requests arriving later than the margin allows for. The fleet widens it. (Not in shadow mode:
+			// there the requests go whenever they come.)
 			if st, err := w.gate.ReportThrottle(ctx, provider, w.id); err == nil {
 				w.metrics.margin.WithLabelValues(provider).Set(st.Margin.Seconds())
 			}
@@ -448,6 +459,35 @@ func GateID(jobID string, attempt int) string {
 		return jobID
 	}
 	return jobID + "\x1f" + strconv.Itoa(attempt)
+}
+
+// shadowDecide is shadow mode's decision: the gate is asked as in enforce mode (a slot within max wait)
+// and its answer is counted (would_delay: an enforcing worker would have slept on the slot; would_deny: it
+// would have deferred the job), but the job goes now whatever the answer, a gate error included. An
+// admission stays in the gate's state, where it counts against the jobs after it, as it would have. The
+// verdict returned is the admission (its lease, for the in-flight cap), or a zero one.
+func (w *Worker) shadowDecide(ctx context.Context, provider, gid string, cost int64, lease *string) gate.Verdict {
+	v, err := w.gate.Reserve(ctx, provider, gid, cost, w.cfg.MaxInlineWait)
+	switch {
+	case err != nil && errors.Is(err, gate.ErrInvalid):
+		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		return gate.Verdict{}
+	case err != nil:
+		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		w.redisLog.warn(w.log, "gate unreachable; shadow mode sends jobs anyway", zap.String("provider", provider), zap.Error(err))
+		return gate.Verdict{}
+	case !v.Allowed:
+		w.metrics.decisions.WithLabelValues(provider, "would_deny").Inc()
+		return gate.Verdict{}
+	case v.Delay > 0 && !v.Duplicate:
+		w.metrics.decisions.WithLabelValues(provider, "would_delay").Inc()
+	case v.Duplicate:
+		w.metrics.decisions.WithLabelValues(provider, "duplicate").Inc()
+	default:
+		w.metrics.decisions.WithLabelValues(provider, "allowed").Inc()
+	}
+	*lease = v.Lease
+	return v
 }
 
 // MaxLateTries bounds how often a job that keeps waking late re-reserves before it is sent anyway.
@@ -564,29 +604,34 @@ func (w *Worker) NoteLimits(provider string, at time.Time) {
 	}
 }
 
-// sleepOnSlot sleeps until v's slot, or until the provider's live limits change (NoteLimits; at once if
-// they changed after v was decided). False when ctx ended.
+// sleepOnSlot sleeps until v's slot, or until the provider's live limits change to ones v was not decided
+// under (NoteLimits; at once if that happened already). A change v was decided after (its announcement
+// came late) does not cut the sleep short: the slot stands. False when ctx ended.
 func (w *Worker) sleepOnSlot(ctx context.Context, provider string, v gate.Verdict) bool {
-	w.mu.Lock()
-	if v.Delay <= 0 || v.Now.Before(w.limitsAt[provider]) {
-		w.mu.Unlock()
+	if v.Delay <= 0 {
 		return ctx.Err() == nil
 	}
-	ch := w.relimit[provider]
-	if ch == nil {
-		ch = make(chan struct{})
-		w.relimit[provider] = ch
-	}
-	w.mu.Unlock()
 	t := time.NewTimer(v.Delay)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ch:
-		return true
-	case <-ctx.Done():
-		return false
+	for {
+		w.mu.Lock()
+		if v.Now.Before(w.limitsAt[provider]) {
+			w.mu.Unlock()
+			return ctx.Err() == nil // void: given up and asked again
+		}
+		ch := w.relimit[provider]
+		if ch == nil {
+			ch = make(chan struct{})
+			w.relimit[provider] = ch
+		}
+		w.mu.Unlock()
+		select {
+		case <-t.C:
+			return true
+		case <-ch: // a change: void for v only if v was decided before it (checked above)
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 

@@ -191,6 +191,7 @@ func TestOutcomes(t *testing.T) {
 		age      time.Duration // first seen this long ago
 		jobs     int           // deliveries of the job, handled in turn (0: 1)
 		late     time.Duration // Config.LateLimit (0: no limit)
+		shadow   bool          // the provider is in shadow mode (Config.Shadow)
 		gate     []answer      // nil: allowed now
 		provider []error       // nil: 2xx
 		want     []settled     // one per delivery
@@ -293,12 +294,40 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("sent %v after the void slot's answer: it slept on the slot instead of waking", slept)
 				}
 			}},
+		{name: "live limits changed just before its decision, announced while it slept: the slot stands, sent at it",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 60 * time.Millisecond}, during: func(w *consumers.Worker, v gate.Verdict) {
+				go func() { time.Sleep(10 * time.Millisecond); w.NoteLimits("acme", v.Now.Add(-time.Millisecond)) }()
+			}}},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
+				if early := g.reserved[0].answered.Add(60 * time.Millisecond).Sub(p.at[0]); early > 0 {
+					t.Errorf("sent %v before its slot: the late announcement of an earlier change woke it", early)
+				}
+			}},
 		{name: "live limits changed under every slot: deferred, never sent",
 			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Millisecond}, during: func(w *consumers.Worker, v gate.Verdict) {
 				w.NoteLimits("acme", v.Now.Add(time.Millisecond))
 			}}},
 			want:  []settled{{kind: "defer", after: redisRetry, why: "live limits changed"}},
 			calls: calls{reserve: consumers.MaxLateTries, release: consumers.MaxLateTries}},
+
+		// shadow mode -> the gate is asked and counted, the job goes at once whatever it says
+		{name: "shadow: the gate would deny: sent at once", shadow: true, gate: []answer{deny(time.Minute)},
+			want: []settled{{kind: "ack"}}, calls: calls{reserve: 1, dispatch: 1}},
+		{name: "shadow: the gate would delay: sent at once, not at the slot", shadow: true, gate: []answer{allow(time.Minute)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
+				if waited := p.at[0].Sub(g.reserved[0].answered); waited > 30*time.Second {
+					t.Errorf("sent %v after the answer: shadow mode slept on the slot", waited)
+				}
+			}},
+		{name: "shadow: the gate is unreachable: sent anyway", shadow: true, gate: []answer{{err: errors.New("redis: connection refused")}},
+			want: []settled{{kind: "ack"}}, calls: calls{reserve: 1, dispatch: 1}},
+		{name: "shadow: 429: no pause, no margin report, unit released, deferred", shadow: true, provider: []error{throttled},
+			want:  []settled{{kind: "defer", after: 2 * time.Second, why: "throttled"}},
+			calls: calls{reserve: 1, dispatch: 1, release: 1}},
 
 		// provider 2xx -> ack
 		{name: "2xx: acked", want: []settled{{kind: "ack"}}, calls: calls{reserve: 1, dispatch: 1}},
@@ -395,7 +424,7 @@ func TestOutcomes(t *testing.T) {
 			p := &fakeProvider{answers: tt.provider}
 			w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: maxInlineWait, MaxAttempts: maxAttempts,
 				MaxDeferralAge: maxAge, ShutdownTimeout: time.Second, BackoffBase: backoffBase, BackoffMax: time.Minute,
-				RedisRetry: redisRetry, LateLimit: tt.late, Providers: map[string]int64{"acme": 10}},
+				RedisRetry: redisRetry, LateLimit: tt.late, Providers: map[string]int64{"acme": 10}, Shadow: map[string]bool{"acme": tt.shadow}},
 				g, map[string]consumers.Dispatcher{"acme": p}, nil, nil)
 			if err != nil {
 				t.Fatal(err)

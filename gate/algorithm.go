@@ -98,7 +98,7 @@ var scripts = func() map[Algorithm]*redis.Script {
 
 // keysFor names a provider's keys: the id record (sliding_log's log), pause and sent first, then the
 // algorithm's own state. tag is "<prefix>:{<provider>}:".
-func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration, buckets int) []string {
+func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration, buckets int, version int64) []string {
 	if algo == SlidingLog {
 		return []string{tag + "log", tag + "pause", tag + "sent"}
 	}
@@ -116,20 +116,24 @@ func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration
 		}
 	// The buckets keep no history, only a level: read under other limits, the level of the old ones would
 	// forget what was sent (a bucket of 10 with 3 taken, cut to 4, would hand out 4 more). Named by their
-	// limits too, a change of limits (configured or live) starts them afresh and warms up.
+	// limits and the live limits' version too, a change of limits (configured, or live: set or reset, even
+	// back to limits used before, whose old state knows nothing of what went since) starts them afresh
+	// and warms up.
 	case TokenBucket:
-		keys = append(keys, tag+"tb:"+limitsName(policies))
+		keys = append(keys, tag+"tb:"+limitsName(policies, version))
 	case GCRA:
-		keys = append(keys, tag+"gcra:"+limitsName(policies))
+		keys = append(keys, tag+"gcra:"+limitsName(policies, version))
 	case LeakyBucket:
-		keys = append(keys, tag+"leaky:"+limitsName(policies))
+		keys = append(keys, tag+"leaky:"+limitsName(policies, version))
 	}
 	return keys
 }
 
-// limitsName names a set of policies in a key: a hash of each limit and window (µs), in order.
-func limitsName(policies []Policy) string {
+// limitsName names a set of policies at a version of the live limits in a key: a hash of the version and
+// each limit and window (µs), in order.
+func limitsName(policies []Policy, version int64) string {
 	h := fnv.New32a()
+	fmt.Fprintf(h, "v%d|", version)
 	for _, p := range policies {
 		fmt.Fprintf(h, "%d/%d|", p.Limit, micros(p.Window))
 	}

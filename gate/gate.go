@@ -193,9 +193,10 @@ const (
 // live is one provider: as configured, and as in force (the configured limits, or the live ones that
 // `worker limits set` put over them; see SetLimits).
 type live struct {
-	spec Provider
-	cur  atomic.Pointer[provider]
-	mu   sync.Mutex // one reading of the live limits at a time
+	spec  Provider
+	cur   atomic.Pointer[provider]
+	mu    sync.Mutex  // one reading of the live limits at a time
+	stale atomic.Bool // a change was announced (Watch): read them before the next decision
 }
 
 type provider struct {
@@ -273,7 +274,7 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: max(opts.Margin, opts.MarginMax), stale: micros(opts.StaleAfter), providers: make(map[string]*live, len(opts.Providers)),
 		opts: opts, dedup: dedup, hold: marginHold, fresh: marginFresh}
 	for name, spec := range opts.Providers {
-		p, err := newProvider(opts, name, spec, dedup)
+		p, err := newProvider(opts, name, spec, dedup, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +286,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-func newProvider(opts Options, name string, spec Provider, dedup time.Duration) (provider, error) {
+// newProvider builds a provider under spec at a version of its live limits (0 for the configured ones).
+func newProvider(opts Options, name string, spec Provider, dedup time.Duration, version int64) (provider, error) {
 	margin := opts.Margin
 	if !job.ValidProvider(name) {
 		return provider{}, fmt.Errorf("gate: provider name %q must match ^%s$", name, job.ProviderPattern)
@@ -374,7 +376,8 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration) 
 	p.inForce = &atomic.Int64{}
 	p.inForce.Store(p.floor)
 	tag := opts.Prefix + ":{" + name + "}:"
-	p.keys = keysFor(tag, algo, policies, margin, buckets)
+	p.keys = keysFor(tag, algo, policies, margin, buckets, version)
+	p.version = version
 	shape := stateShape(tag, algo, policies, p.keys)                                    // the pace is not part of the counted state
 	p.keys = append(p.keys, tag+"limits", tag+"flight", tag+"pace", tag+"epoch:"+shape) // the live limits, the leases, the pace, the epoch always last
 	p.marginKeys = []string{tag + "margin", tag + "lateness"}
@@ -548,7 +551,19 @@ func (l *Limiter) Force(ctx context.Context, providerName, jobID string, cost in
 
 func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
 	var v Verdict
+	reread := false
 	err := l.inForce(ctx, providerName, func(p provider) (err error) {
+		if cost > p.minLimit && cost <= p.configMin && !reread {
+			// Held back by the live limits this process knows: read them first, since another process
+			// may have reset them (a decision this process does not make would not tell it).
+			reread = true
+			if err := l.refresh(ctx, providerName, -1); err != nil {
+				return err
+			}
+			if p, err = l.provider(providerName); err != nil {
+				return err
+			}
+		}
 		v, err = l.decideOn(ctx, p, providerName, jobID, cost, maxWait, force)
 		return err
 	})
@@ -789,8 +804,9 @@ func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
 		}
 		if len(fields) == 3 && fields[1] == "limits" { // "<provider> limits <at_us>": live limits set or reset (limits.lua)
 			at, err := strconv.ParseInt(fields[2], 10, 64)
-			if lw, ok := w.(LimitsWatcher); ok && err == nil {
-				if _, known := l.providers[fields[0]]; known {
+			if lp, known := l.providers[fields[0]]; known && err == nil {
+				lp.stale.Store(true) // read before the next decision, rather than be refused by it
+				if lw, ok := w.(LimitsWatcher); ok {
 					lw.NoteLimits(fields[0], time.UnixMicro(at))
 				}
 			}

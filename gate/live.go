@@ -57,6 +57,11 @@ func (l *Limiter) SetLimits(ctx context.Context, providerName string, policies [
 	if _, err := l.build(providerName, lp, 0, policies); err != nil {
 		return LiveLimits{}, &invalidError{msg: err.Error()}
 	}
+	if longest, configured := longestWindow(policies), longestWindow(lp.spec.Policies); longest > configured {
+		return LiveLimits{}, invalidf("gate: provider %s: live limits may not add a window longer than the configured ones (%s > %s): "+
+			"the gate keeps no history beyond those, so it could not count what the provider already has in it; change the configuration instead",
+			providerName, FormatDuration(longest), FormatDuration(configured))
+	}
 	return l.changeLimits(ctx, providerName, lp, "set", FormatPolicies(policies))
 }
 
@@ -110,6 +115,12 @@ func (l *Limiter) liveOf(providerName string) LiveLimits {
 // inForce runs op on the provider as in force. When the script refuses it because the live limits
 // changed since (another process set or reset them), it reads them and runs op again.
 func (l *Limiter) inForce(ctx context.Context, providerName string, op func(p provider) error) error {
+	if lp, ok := l.providers[providerName]; ok && lp.stale.Swap(false) {
+		if err := l.refresh(ctx, providerName, -1); err != nil {
+			lp.stale.Store(true)
+			return err
+		}
+	}
 	for try := 1; ; try++ {
 		p, err := l.provider(providerName)
 		if err != nil {
@@ -167,13 +178,11 @@ func (l *Limiter) adopt(providerName string, lp *live, version int64, limits str
 	return l.adoptLocked(providerName, lp, version, limits, at)
 }
 
-// adoptLocked puts the live limits of one version in force in this process (lp.mu held). An older version
-// than the one in force is a reply that lost a race with a newer change: ignored.
+// adoptLocked puts the live limits Redis holds in force in this process (lp.mu held). Whatever their
+// version: a lower one than this process knew means Redis lost them (a restart without persistence, a
+// FLUSHALL), and a reply that lost a race with a newer change is corrected by the next decision, which
+// the scripts refuse under any but the version in force.
 func (l *Limiter) adoptLocked(providerName string, lp *live, version int64, limits string, at int64) error {
-	cur := lp.cur.Load()
-	if version < cur.version {
-		return nil
-	}
 	var policies []Policy
 	if limits != "" {
 		var err error
@@ -202,7 +211,7 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 			spec.Burst = min(spec.Burst, shortest.Limit)
 		}
 	}
-	p, err := newProvider(l.opts, providerName, spec, l.dedup)
+	p, err := newProvider(l.opts, providerName, spec, l.dedup, version)
 	if err != nil {
 		return provider{}, err
 	}
@@ -211,11 +220,18 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 		p.inForce = base.inForce // the margin in force is the provider's, whatever its limits
 		p.configMin = base.configMin
 	}
-	p.version = version
 	if policies != nil {
 		p.source = SourceOverride
 	}
 	return p, nil
+}
+
+func longestWindow(policies []Policy) time.Duration {
+	var w time.Duration
+	for _, p := range policies {
+		w = max(w, p.Window)
+	}
+	return w
 }
 
 // liveKeys are limits.lua's KEYS: the live limits and the pace (see newProvider for the order).

@@ -91,6 +91,15 @@ func TestLiveLimits(t *testing.T) {
 		if st.LimitsSource != gate.SourceConfig || st.LimitsVersion != 2 || st.Policies[0].Policy != pol(10, time.Hour) {
 			t.Fatalf("status after reset: %+v", st)
 		}
+		// Back at 10/1h, counting the 4 admitted: 6 more. The buckets start afresh again (the state they
+		// had under 10/1h knows nothing of what went under 4/1h) and warm up: none.
+		want = 10 - 4
+		if algo == gate.TokenBucket || algo == gate.GCRA || algo == gate.LeakyBucket {
+			want = 0
+		}
+		if got := admitted(t, a, "reset-", 10); got != want {
+			t.Fatalf("admitted %d after the reset, want %d", got, want)
+		}
 		shown, err := a.Limits(ctx, prov)
 		if err != nil || shown.Source != gate.SourceConfig || shown.Version != 2 || gate.FormatPolicies(shown.Configured) != "10/1h" {
 			t.Fatalf("limits after reset: %+v, %v", shown, err)
@@ -118,6 +127,37 @@ func TestLiveLimitsBelowACost(t *testing.T) {
 	if _, err := a.Reserve(ctx, prov, "huge", 11, time.Second); !errors.Is(err, gate.ErrInvalid) {
 		t.Fatalf("cost 11 over the configured 10/1m: %v, want ErrInvalid", err)
 	}
+	// Another process resets them: a, which makes no decision that would tell it, admits the job at once.
+	if _, err := b.ResetLimits(ctx, prov); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := a.Reserve(ctx, prov, "big", 5, time.Second); err != nil || !v.Allowed {
+		t.Fatalf("cost 5 after another process reset the live limits: %+v, %v; want admitted", v, err)
+	}
+}
+
+// Redis losing the live limits (a restart without persistence, a FLUSHALL: here the key alone) puts the
+// configured limits back in force, in every process: their version goes back to 0, which is adopted.
+func TestLiveLimitsLost(t *testing.T) {
+	ctx := context.Background()
+	rdb := backends(t)[0].rdb
+	a, b := twoProcesses(t, rdb, gate.SlidingLog, pol(10, time.Minute))
+	if _, err := b.SetLimits(ctx, prov, []gate.Policy{pol(2, time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := admitted(t, a, "set-", 5); got != 2 {
+		t.Fatalf("admitted %d under a live 2/1m, want 2", got)
+	}
+	keys, _ := a.Keys(prov)
+	if err := rdb.Del(ctx, keys[len(keys)-4]).Err(); err != nil { // <prefix>:{acme}:limits
+		t.Fatal(err)
+	}
+	if got := admitted(t, a, "lost-", 10); got != 8 {
+		t.Fatalf("admitted %d after the live limits were lost, want 8 (10/1m less the 2)", got)
+	}
+	if st := mustStatus(t, a); st.LimitsSource != gate.SourceConfig || st.LimitsVersion != 0 {
+		t.Fatalf("status after the loss: %+v", st)
+	}
 }
 
 // Live limits the provider's configuration could not have are refused, naming the problem, and nothing
@@ -134,6 +174,7 @@ func TestLiveLimitsRefused(t *testing.T) {
 		{gate.FixedWindow, []gate.Policy{pol(5, time.Millisecond)}, "longer than the margin"},
 		{gate.SlidingLog, []gate.Policy{pol(gate.MaxSlidingLogLimit+1, time.Hour)}, "takes limits up to"},
 		{gate.SlidingLog, []gate.Policy{pol(0, time.Second)}, "limit must be >= 1"},
+		{gate.SlidingLog, []gate.Policy{pol(10, time.Second), pol(100, time.Minute)}, "longer than the configured ones (1m > 1s)"},
 	} {
 		a, _ := twoProcesses(t, rdb, tt.algo, pol(10, time.Second))
 		_, err := a.SetLimits(ctx, prov, tt.policies)

@@ -1,10 +1,12 @@
 -- gcra.lua: the generic cell rate algorithm, burst = limit per window; appended to family.lua (see there for
 -- KEYS[1..3], ARGV and the reply).
 --
--- KEYS[4] -> <prefix>:{<provider>}:gcra   HASH   the policy's theoretical arrival time TAT = q + r/L µs, kept
+-- KEYS[4] -> <prefix>:{<provider>}:gcra:<limits> HASH   the policy's theoretical arrival time TAT = q + r/L µs, kept
 --                                                exactly: v:<window µs> = q (whole µs), v:<window µs>:r = r
 --                                                (0 <= r < L); last, last_slot, u:*: the undo record of the
 --                                                newest admission (family.lua's undoable)
+--            <limits> hashes the limits and the live limits' version (gate.keysFor): a change of
+--            limits, configured or live, starts the state afresh, and the epoch's warm-up with it
 --
 -- Per policy (limit L, window W, margin m): emission interval T = (W + m) / L µs per unit. A job of cost n
 -- may go at s when max(TAT, s) + n*T - s <= W, and then TAT = max(TAT, s) + n*T. With m = 0 that is the

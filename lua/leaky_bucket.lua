@@ -1,10 +1,12 @@
 -- leaky_bucket.lua: a queue of `limit` units per policy leaking at `limit` per window; appended to
 -- family.lua (see there for KEYS[1..3], ARGV and the reply).
 --
--- KEYS[4] -> <prefix>:{<provider>}:leaky  HASH   when that policy's queue has drained (its theoretical
+-- KEYS[4] -> <prefix>:{<provider>}:leaky:<limits> HASH   when that policy's queue has drained (its theoretical
 --                                                arrival time), exactly: v:<window µs> whole µs, v:<window
 --                                                µs>:r the fraction's numerator over L (family.lua's
 --                                                arrivals); last, last_slot, u:*: the undo record
+--            <limits> hashes the limits and the live limits' version (gate.keysFor): a change of
+--            limits, configured or live, starts the state afresh, and the epoch's warm-up with it
 --
 -- Per policy (limit L, window W, margin m): one unit leaks every T = (W + m) / L µs. A job of cost n joins
 -- the tail of every policy's queue and goes when it reaches the head: slot = the latest TAT (or now), and

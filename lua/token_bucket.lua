@@ -1,10 +1,12 @@
 -- token_bucket.lua: a bucket of `limit` tokens per policy, refilled `limit` per window; appended to family.lua
 -- (see there for KEYS[1..3], ARGV and the reply).
 --
--- KEYS[4] -> <prefix>:{<provider>}:tb     HASH   v:ts = the moment (µs) the tokens are counted at: the newest
+-- KEYS[4] -> <prefix>:{<provider>}:tb:<limits> HASH   v:ts = the moment (µs) the tokens are counted at: the newest
 --                                                slot, which may lie ahead; v:<window µs> = that policy's
 --                                                tokens at v:ts (a fraction); last, last_slot, u:*: the undo
 --                                                record of the newest admission (family.lua's undoable)
+--            <limits> hashes the limits and the live limits' version (gate.keysFor): a change of
+--            limits, configured or live, starts the state afresh, and the epoch's warm-up with it
 --
 -- Per policy (limit L, window W, margin m): capacity C = L*W/(W+m) tokens, refilled at r = L/(W+m) per µs
 -- (with m = 0: L tokens, L per W). A job of cost n takes n tokens at the earliest slot every policy has them

@@ -126,7 +126,19 @@ func Core(c *config.Config) consumers.Config {
 		RedisRetry:      tiers[0],
 		LateLimit:       c.Gate.Margin / 2,
 		Providers:       MaxCosts(c),
+		Shadow:          shadowed(c),
 	}
+}
+
+// shadowed lists the providers in shadow mode (providers.<name>.mode).
+func shadowed(c *config.Config) map[string]bool {
+	out := map[string]bool{}
+	for name, p := range c.Providers {
+		if p.Mode == config.ModeShadow {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // MaxCosts maps each provider to the largest cost a job may have there: its smallest limit.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/gate"
 )
 
@@ -39,6 +40,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		algo := p.Algorithm
 		if p.Buckets != 0 {
 			algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
+		}
+		if p.Mode == config.ModeShadow {
+			algo += ", shadow mode (nothing held back)"
 		}
 		if p.MaxInFlight > 0 {
 			limits = append(limits, fmt.Sprintf("%d in flight", p.MaxInFlight))

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,4 +71,58 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	l := f.collect()
 	l.check(t, append(ids("a", 300), ids("b", 30)...))
+}
+
+// metrics reads worker i's /metrics (its address from the "worker running" log line).
+func (f *fleet) metrics(i int) string {
+	f.t.Helper()
+	raw, _ := os.ReadFile(filepath.Join(f.dir, "worker-"+strconv.Itoa(i)+".log"))
+	m := regexp.MustCompile(`"http":"([^"]+)"`).FindSubmatch(raw)
+	if m == nil {
+		f.t.Fatalf("worker %d logged no http address", i)
+	}
+	resp, err := http.Get("http://" + string(m[1]) + "/metrics")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// Shadow mode (issue 18): a worker in front of a provider at 10/1s with a backlog of 60 holds nothing back:
+// every job goes within a few seconds (the provider refuses what is over its limit, as it did before
+// paygate), and the gate's counts say what enforce mode would have done (would_delay, would_deny).
+func TestShadowMode(t *testing.T) {
+	acme := simProvider{name: "acme", limits: []sim.Window{{Limit: 10, Per: time.Second}}}
+	f := newFleet(t, acme)
+	f.established()
+	f.env2 = append(f.env2, "PAYGATE_PROVIDERS_ACME_MODE=shadow")
+	f.enqueue("acme", 60, "s")
+	f.startWorker()
+	s := f.sims["acme"]
+	// Enforced, 60 jobs at 10/1s take 6 s; sent regardless, their first requests all arrive within about one.
+	f.waitFor("every job's first request", 30*time.Second, func() bool { return s.Stats().Requests >= 60 })
+	first := s.Stats()
+	m := f.metrics(0)
+	f.waitFor("every job charged", time.Minute, func() bool { return s.Stats().Accepted >= 60 })
+	f.stopAll()
+	count := func(decision string) float64 {
+		re := regexp.MustCompile(`paygate_gate_decisions_total\{decision="` + decision + `",provider="acme"\} (\S+)`)
+		if mm := re.FindStringSubmatch(m); mm != nil {
+			n, _ := strconv.ParseFloat(mm[1], 64)
+			return n
+		}
+		return 0
+	}
+	t.Logf("first requests: %d (%d refused over the limit, %d accepted); decisions: allowed %.0f, would_delay %.0f, would_deny %.0f",
+		first.Requests, first.Violations, first.Accepted, count("allowed"), count("would_delay"), count("would_deny"))
+	if first.Violations == 0 {
+		t.Fatalf("the provider refused nothing: shadow mode held jobs back (%+v)", first)
+	}
+	if count("would_delay")+count("would_deny") == 0 {
+		t.Fatalf("no would_delay or would_deny decision counted:\n%s", m)
+	}
+	l := f.collect()
+	l.check(t, ids("s", 60))
 }

@@ -61,36 +61,41 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer srv.Close()
 
+	parts, err := wire.Build(ctx, c, wire.Options{Log: log})
+	if err != nil {
+		return err
+	}
 	for {
-		parts, err := wire.Build(ctx, c, wire.Options{Log: log})
-		if err != nil {
-			return err
-		}
 		running.Store(parts)
 		gen, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- serve(gen, c, parts, log, metrics, srv.Addr()) }()
-		next, err := untilReload(ctx, path, c, log, stderr, hup, done)
+		next, nextParts, err := untilReload(ctx, path, c, log, stderr, hup, done)
 		stop()
 		if next != nil {
 			err = <-done // the jobs in hand finish, as at a shutdown
 		}
 		parts.Close()
 		if next == nil || err != nil || ctx.Err() != nil {
+			if nextParts != nil {
+				nextParts.Close()
+			}
 			return err
 		}
-		c = next
+		c, parts = next, nextParts
 		log.Info("configuration reloaded", zap.String("config", path), zap.Strings("providers", c.ProviderNames()))
 	}
 }
 
-// untilReload waits for the worker to end (its error, next nil) or for a SIGHUP with a valid
-// configuration (next). A SIGHUP with an invalid one is logged and refused.
-func untilReload(ctx context.Context, path string, c *config.Config, log *zap.Logger, stderr io.Writer, hup <-chan os.Signal, done <-chan error) (next *config.Config, err error) {
+// untilReload waits for the worker to end (its error; next nil) or for a SIGHUP with a configuration that
+// is valid and whose parts could be built (next, and its parts, connected while the running ones work). A
+// SIGHUP with an invalid file, or one whose parts cannot be built (its broker unreachable, say), is logged
+// and refused: the running configuration stays in force.
+func untilReload(ctx context.Context, path string, c *config.Config, log *zap.Logger, stderr io.Writer, hup <-chan os.Signal, done <-chan error) (*config.Config, *wire.Parts, error) {
 	for {
 		select {
 		case err := <-done:
-			return nil, err
+			return nil, nil, err
 		case <-hup:
 			next, err := loadConfig(path, stderr)
 			if err == nil {
@@ -100,12 +105,17 @@ func untilReload(ctx context.Context, path string, c *config.Config, log *zap.Lo
 				log.Error("configuration reload refused: the running configuration stays in force", zap.String("config", path), zap.Error(err))
 				continue
 			}
+			parts, err := wire.Build(ctx, next, wire.Options{Log: log})
+			if err != nil {
+				log.Error("configuration reload failed: the running configuration stays in force", zap.String("config", path), zap.Error(err))
+				continue
+			}
 			if !reflect.DeepEqual(next.Log, c.Log) || next.HTTP != c.HTTP {
 				log.Warn("configuration reload: log and http settings take a restart; the rest is reloaded", zap.String("config", path))
 			}
-			return next, nil
+			return next, parts, nil
 		case <-ctx.Done():
-			return nil, <-done
+			return nil, nil, <-done
 		}
 	}
 }

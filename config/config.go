@@ -135,6 +135,9 @@ type Provider struct {
 	// "would_deny"} counts what it would have held back). For putting paygate in front of a provider
 	// already in production.
 	Mode string `mapstructure:"mode"`
+	// LimitsFromHeaders lowers the provider's limits, for the whole fleet, to what its responses announce
+	// (RateLimit-Policy, RateLimit-Limit, X-RateLimit-Limit), never above the configured ones.
+	LimitsFromHeaders bool `mapstructure:"limits_from_headers"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).

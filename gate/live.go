@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 const (
 	SourceConfig   = "config"   // the limits the Limiter was built with
 	SourceOverride = "override" // live limits set with SetLimits (`worker limits set`)
+	SourceHeaders  = "headers"  // live limits the provider announced (FollowAnnounced)
 )
 
 // LimitsWatcher is a Watcher that is also told when any process changed a provider's live limits
@@ -37,6 +39,9 @@ type LiveLimits struct {
 	Version int64
 	// At is when they were last set or reset (Redis clock); zero when never.
 	At time.Time
+	// Changed reports that the call returning them changed them (SetLimits, ResetLimits): setting the
+	// live limits in force again changes nothing.
+	Changed bool
 }
 
 // SetLimits puts live limits over a provider's configured ones, for every process of the fleet. They are
@@ -62,7 +67,7 @@ func (l *Limiter) SetLimits(ctx context.Context, providerName string, policies [
 			"the gate keeps no history beyond those, so it could not count what the provider already has in it; change the configuration instead",
 			providerName, FormatDuration(longest), FormatDuration(configured))
 	}
-	return l.changeLimits(ctx, providerName, lp, "set", FormatPolicies(policies))
+	return l.changeLimits(ctx, providerName, lp, "set", FormatPolicies(policies), SourceOverride)
 }
 
 // ResetLimits puts a provider back on its configured limits, as SetLimits puts live ones in force.
@@ -71,7 +76,56 @@ func (l *Limiter) ResetLimits(ctx context.Context, providerName string) (LiveLim
 	if !ok {
 		return LiveLimits{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
 	}
-	return l.changeLimits(ctx, providerName, lp, "reset", "")
+	return l.changeLimits(ctx, providerName, lp, "reset", "", SourceOverride)
+}
+
+// FollowAnnounced lowers a provider's limits, for the whole fleet, to what the provider announces in its
+// responses (providers.<name>.limits_from_headers). Each configured limit whose window an announcement
+// names (an announcement without a window: the shortest configured one) is cut to the announced limit;
+// nothing is ever raised above the configuration, and announced windows the configuration lacks are
+// left out. An announcement at or above the configuration takes back what earlier announcements set. An
+// operator's live limits (SetLimits) stand over announcements. It is cheap when nothing changes: the
+// announcement is compared with the limits this process has in force, and Redis is asked only for a
+// change. changed reports whether this call changed the live limits.
+func (l *Limiter) FollowAnnounced(ctx context.Context, providerName string, announced []Policy) (changed bool, err error) {
+	lp, ok := l.providers[providerName]
+	if !ok {
+		return false, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	}
+	cur := lp.cur.Load()
+	if cur.source == SourceOverride {
+		return false, nil
+	}
+	configured := lp.spec.Policies
+	shortest := ShortestPolicy(configured).Window
+	target := append([]Policy(nil), configured...)
+	lowered := false
+	for _, a := range announced {
+		w := a.Window
+		if w == 0 {
+			w = shortest
+		}
+		for i := range target {
+			if target[i].Window == w && a.Limit >= 1 && a.Limit < target[i].Limit {
+				target[i].Limit, lowered = a.Limit, true
+			}
+		}
+	}
+	var st LiveLimits
+	switch {
+	case !lowered && cur.source != SourceHeaders:
+		return false, nil // the configuration in force, and announced
+	case lowered && cur.source == SourceHeaders && slices.Equal(cur.policies, target):
+		return false, nil // in force already
+	case !lowered:
+		st, err = l.changeLimits(ctx, providerName, lp, "reset", "", SourceHeaders)
+	default:
+		if _, err := l.build(providerName, lp, 0, target); err != nil {
+			return false, fmt.Errorf("gate: limits %s announced by %s: %w", FormatPolicies(target), providerName, err)
+		}
+		st, err = l.changeLimits(ctx, providerName, lp, "set", FormatPolicies(target), SourceHeaders)
+	}
+	return err == nil && st.Changed, err
 }
 
 // Limits reads a provider's limits in force from Redis.
@@ -85,20 +139,22 @@ func (l *Limiter) Limits(ctx context.Context, providerName string) (LiveLimits, 
 	return l.liveOf(providerName), nil
 }
 
-func (l *Limiter) changeLimits(ctx context.Context, providerName string, lp *live, op, spec string) (LiveLimits, error) {
+func (l *Limiter) changeLimits(ctx context.Context, providerName string, lp *live, op, spec, source string) (LiveLimits, error) {
 	p := lp.cur.Load()
-	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), op, spec, l.pauses, providerName).Slice()
+	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), op, spec, l.pauses, providerName, source).Slice()
 	if err != nil {
 		return LiveLimits{}, fmt.Errorf("gate: %s limits of %s: %w", op, providerName, err)
 	}
-	version, limits, at, err := liveReply(reply)
+	st, err := liveReply(reply)
 	if err != nil {
 		return LiveLimits{}, fmt.Errorf("gate: %s limits of %s: %w", op, providerName, err)
 	}
-	if err := l.adopt(providerName, lp, version, limits, at); err != nil {
+	if err := l.adopt(providerName, lp, st); err != nil {
 		return LiveLimits{}, err
 	}
-	return l.liveOf(providerName), nil
+	live := l.liveOf(providerName)
+	live.Changed = st.changed
+	return live, nil
 }
 
 func (l *Limiter) liveOf(providerName string) LiveLimits {
@@ -161,40 +217,52 @@ func (l *Limiter) refresh(ctx context.Context, providerName string, version int6
 	if version >= 0 && p.version == version {
 		return nil // another call read them meanwhile
 	}
-	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), "show", "", l.pauses, providerName).Slice()
+	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), "show", "", l.pauses, providerName, "").Slice()
 	if err != nil {
 		return fmt.Errorf("gate: read the live limits of %s: %w", providerName, err)
 	}
-	v, limits, at, err := liveReply(reply)
+	st, err := liveReply(reply)
 	if err != nil {
 		return fmt.Errorf("gate: read the live limits of %s: %w", providerName, err)
 	}
-	return l.adoptLocked(providerName, lp, v, limits, at)
+	return l.adoptLocked(providerName, lp, st)
 }
 
-func (l *Limiter) adopt(providerName string, lp *live, version int64, limits string, at int64) error {
+// liveState is limits.lua's reply: the live limits as Redis holds them.
+type liveState struct {
+	version int64
+	limits  string // "" for the configured ones
+	at      int64  // µs
+	source  string // SourceOverride or SourceHeaders; "" for the configured ones
+	changed bool   // the call that read them changed them
+}
+
+func (l *Limiter) adopt(providerName string, lp *live, st liveState) error {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	return l.adoptLocked(providerName, lp, version, limits, at)
+	return l.adoptLocked(providerName, lp, st)
 }
 
 // adoptLocked puts the live limits Redis holds in force in this process (lp.mu held). Whatever their
 // version: a lower one than this process knew means Redis lost them (a restart without persistence, a
 // FLUSHALL), and a reply that lost a race with a newer change is corrected by the next decision, which
 // the scripts refuse under any but the version in force.
-func (l *Limiter) adoptLocked(providerName string, lp *live, version int64, limits string, at int64) error {
+func (l *Limiter) adoptLocked(providerName string, lp *live, st liveState) error {
 	var policies []Policy
-	if limits != "" {
+	if st.limits != "" {
 		var err error
-		if policies, err = ParsePolicies(limits); err != nil {
+		if policies, err = ParsePolicies(st.limits); err != nil {
 			return fmt.Errorf("gate: the live limits of %s in Redis: %w", providerName, err)
 		}
 	}
-	p, err := l.build(providerName, lp, version, policies)
+	p, err := l.build(providerName, lp, st.version, policies)
 	if err != nil {
 		return fmt.Errorf("gate: the live limits of %s in Redis: %w", providerName, err)
 	}
-	p.liveAt = at
+	p.liveAt = st.at
+	if policies != nil && st.source == SourceHeaders {
+		p.source = SourceHeaders
+	}
 	lp.cur.Store(&p)
 	return nil
 }
@@ -251,18 +319,20 @@ func aboveLive(p provider) Verdict {
 	return Verdict{Policy: i, Limit: p.policies[i], RetryAfter: retry, Margin: time.Duration(p.inForce.Load()) * time.Microsecond}
 }
 
-// liveReply reads limits.lua's {version, limits, at_us}.
-func liveReply(reply []any) (version int64, limits string, at int64, err error) {
-	if len(reply) != 3 {
-		return 0, "", 0, fmt.Errorf("malformed reply %v", reply)
+// liveReply reads limits.lua's {version, limits, at_us, source, changed}.
+func liveReply(reply []any) (liveState, error) {
+	if len(reply) != 5 {
+		return liveState{}, fmt.Errorf("malformed reply %v", reply)
 	}
 	version, ok1 := reply[0].(int64)
 	limits, ok2 := reply[1].(string)
 	at, ok3 := reply[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return 0, "", 0, fmt.Errorf("malformed reply %v", reply)
+	source, ok4 := reply[3].(string)
+	changed, ok5 := reply[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return liveState{}, fmt.Errorf("malformed reply %v", reply)
 	}
-	return version, limits, at, nil
+	return liveState{version: version, limits: limits, at: at, source: source, changed: changed == 1}, nil
 }
 
 // ParsePolicies reads limits written as "N/duration", comma-separated: "200/1s,5000/1m". Each needs N >= 1

@@ -198,9 +198,11 @@ func TestLiveLimitsAnnounced(t *testing.T) {
 	w := watchLog{notes: make(chan string, 64)}
 	go func() { _ = a.Watch(ctx, rdb.(*redis.Client), w) }()
 	var set gate.LiveLimits
+	limit := int64(1)
 	n := w.next(t, "limits", func() {
 		var err error
-		if set, err = b.SetLimits(ctx, prov, []gate.Policy{pol(5, time.Second)}); err != nil {
+		limit++ // a change each time: setting the limits in force again announces nothing
+		if set, err = b.SetLimits(ctx, prov, []gate.Policy{pol(limit, time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -219,5 +221,55 @@ func TestParsePolicies(t *testing.T) {
 		if _, err := gate.ParsePolicies(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// The limits a provider announces (limits_from_headers) lower the configured ones for the fleet, by
+// window, never above them; an announcement at or above the configuration takes them back; an operator's
+// live limits stand over announcements; Redis is asked only for a change.
+func TestFollowAnnounced(t *testing.T) {
+	ctx := context.Background()
+	a, b := twoProcesses(t, backends(t)[0].rdb, gate.SlidingLog, pol(10, time.Second), pol(100, time.Minute))
+	follow := func(l *gate.Limiter, announced ...gate.Policy) bool {
+		t.Helper()
+		changed, err := l.FollowAnnounced(ctx, prov, announced)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	inForce := func(l *gate.Limiter) string {
+		t.Helper()
+		live, err := l.Limits(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return live.Source + " " + gate.FormatPolicies(live.Policies)
+	}
+	if !follow(a, pol(5, time.Second)) || inForce(b) != "headers 5/1s,100/1m" {
+		t.Fatalf("5/1s announced: %s", inForce(b))
+	}
+	if follow(a, pol(5, time.Second)) || follow(b, pol(5, time.Second)) {
+		t.Fatal("the same announcement again changed the live limits")
+	}
+	if got := admitted(t, a, "h-", 8); got != 5 {
+		t.Fatalf("admitted %d under an announced 5/1s, want 5", got)
+	}
+	if !follow(b, pol(500, time.Second)) || inForce(a) != "config 10/1s,100/1m" {
+		t.Fatalf("500/1s announced (above the configuration): %s", inForce(a))
+	}
+	if !follow(a, pol(7, 0)) || inForce(b) != "headers 7/1s,100/1m" { // no window stated: the shortest
+		t.Fatalf("7 announced without a window: %s", inForce(b))
+	}
+	// An announcement of a window the configuration lacks says nothing of the configured ones: what the
+	// earlier announcement set is taken back.
+	if !follow(a, pol(1, time.Hour)) || inForce(b) != "config 10/1s,100/1m" {
+		t.Fatalf("a window the configuration lacks: %s", inForce(b))
+	}
+	if _, err := b.SetLimits(ctx, prov, []gate.Policy{pol(8, time.Second), pol(100, time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if follow(a, pol(2, time.Second)) || inForce(a) != "override 8/1s,100/1m" {
+		t.Fatalf("an announcement over an operator's live limits: %s", inForce(a))
 	}
 }

@@ -129,6 +129,7 @@ type Client struct {
 	http       *http.Client
 	log        *zap.Logger
 	now        func() time.Time
+	onLimits   func([]Announced)
 }
 
 // Options tune a Client beyond its config.
@@ -139,6 +140,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Now is the clock for HTTP-date Retry-After values; nil: time.Now.
 	Now func() time.Time
+	// OnLimits, when set, is told the limits every answer announces in its headers (ParseLimitHeaders),
+	// before Dispatch returns (providers.<name>.limits_from_headers).
+	OnLimits func([]Announced)
 }
 
 // New builds the client for provider name from its config (keys left out take config's defaults). The
@@ -190,6 +194,7 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		http:       &http.Client{Transport: transport, CheckRedirect: noRedirects},
 		log:        o.Logger,
 		now:        o.Now,
+		onLimits:   o.OnLimits,
 	}
 	cl.raMax = max(cl.raMax, cl.raDefault) // Validate refuses the opposite; a hand-built config may not
 	if cl.log == nil {
@@ -260,6 +265,11 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
 		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 		resp.Body.Close()
 	}()
+	if c.onLimits != nil {
+		if a := ParseLimitHeaders(resp.Header); a != nil {
+			c.onLimits(a)
+		}
+	}
 	err = c.classify(resp)
 	c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Int("status", resp.StatusCode), zap.Duration("took", time.Since(start)), zap.String("outcome", string(OutcomeOf(err))))
 	return err

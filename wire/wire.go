@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,7 +156,8 @@ func MaxCosts(c *config.Config) map[string]int64 {
 }
 
 // Dispatchers returns an HTTP client per configured provider, each with worker.concurrency connections.
-func Dispatchers(c *config.Config, o Options) (map[string]consumers.Dispatcher, func(), error) {
+// Providers with limits_from_headers tell g what they announce (g nil: nobody is told).
+func Dispatchers(c *config.Config, g *gate.Limiter, o Options) (map[string]consumers.Dispatcher, func(), error) {
 	out := map[string]consumers.Dispatcher{}
 	var clients []*providers.Client
 	closeAll := func() {
@@ -164,8 +166,11 @@ func Dispatchers(c *config.Config, o Options) (map[string]consumers.Dispatcher, 
 		}
 	}
 	for _, name := range c.ProviderNames() {
-		cl, err := providers.New(name, c.Providers[name], providers.Options{Concurrency: c.Worker.Concurrency,
-			Logger: o.log().Named("dispatch")})
+		po := providers.Options{Concurrency: c.Worker.Concurrency, Logger: o.log().Named("dispatch")}
+		if c.Providers[name].LimitsFromHeaders && g != nil {
+			po.OnLimits = followAnnounced(g, name, o.log())
+		}
+		cl, err := providers.New(name, c.Providers[name], po)
 		if err != nil {
 			closeAll()
 			return nil, nil, ConfigError{err}
@@ -174,6 +179,31 @@ func Dispatchers(c *config.Config, o Options) (map[string]consumers.Dispatcher, 
 		out[name] = cl
 	}
 	return out, closeAll, nil
+}
+
+// followAnnounced hands what a provider's responses announce to the gate (providers.<name>.
+// limits_from_headers): in force for the fleet when it changes anything. A failure is logged (at most every
+// 10s) and costs nothing else: the limits in force stay.
+func followAnnounced(g *gate.Limiter, provider string, log *zap.Logger) func([]providers.Announced) {
+	var lastWarn atomic.Int64
+	return func(announced []providers.Announced) {
+		ps := make([]gate.Policy, len(announced))
+		for i, a := range announced {
+			ps[i] = gate.Policy{Limit: a.Limit, Window: a.Window}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		changed, err := g.FollowAnnounced(ctx, provider, ps)
+		switch {
+		case err != nil:
+			if now := time.Now().UnixNano(); now-lastWarn.Load() > int64(10*time.Second) {
+				lastWarn.Store(now)
+				log.Warn("could not follow the limits the provider announces; the limits in force stay", zap.String("provider", provider), zap.Error(err))
+			}
+		case changed:
+			log.Info("limits announced by the provider now in force for the fleet", zap.String("provider", provider), zap.String("announced", fmt.Sprint(ps)))
+		}
+	}
 }
 
 // OpenBroker connects the broker the configuration names and declares what the providers need.
@@ -234,7 +264,7 @@ func Build(ctx context.Context, c *config.Config, o Options) (p *Parts, err erro
 	if p.Gate, err = Gate(c, rdb, Worker); err != nil {
 		return p, err
 	}
-	d, closeD, err := Dispatchers(c, o)
+	d, closeD, err := Dispatchers(c, p.Gate, o)
 	if err != nil {
 		return p, err
 	}

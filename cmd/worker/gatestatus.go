@@ -91,8 +91,11 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d units %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
 	fmt.Fprintf(stdout, "margin in force %s (gate.margin %s, gate.margin_max %s): %s\n", m.Margin, m.Floor, m.Ceiling, m.Why)
-	if rep.LimitsSource != gate.SourceConfig {
-		fmt.Fprintf(stdout, "limits: live override (version %d; worker limits reset goes back to the configured ones)\n", rep.LimitsVersion)
+	switch rep.LimitsSource {
+	case gate.SourceOverride:
+		fmt.Fprintf(stdout, "limits: an operator's live limits (version %d; worker limits reset goes back to the configured ones)\n", rep.LimitsVersion)
+	case gate.SourceHeaders:
+		fmt.Fprintf(stdout, "limits: as the provider announces them (version %d; limits_from_headers)\n", rep.LimitsVersion)
 	}
 	if rep.MaxInFlight > 0 {
 		fmt.Fprintf(stdout, "in flight: %d of %d leases\n", rep.InFlight, rep.MaxInFlight)

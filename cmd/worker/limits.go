@@ -19,6 +19,9 @@ type limitsReport struct {
 	Config  []string `json:"config"`
 	Version int64    `json:"version"`
 	SetAt   string   `json:"set_at,omitempty"` // when last set or reset (Redis clock), RFC 3339
+	// Changed: set or reset changed the live limits (false: they were in force already, or a source
+	// that may not change them set them: an operator's stand over the provider's headers).
+	Changed bool `json:"changed"`
 }
 
 // limitsCmd is "worker limits set|show|reset": a provider's live limits, kept in Redis over the configured
@@ -73,7 +76,7 @@ func limitsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	rep := limitsReport{Provider: live.Provider, Limits: policyStrings(live.Policies), Source: live.Source,
-		Config: policyStrings(live.Configured), Version: live.Version}
+		Config: policyStrings(live.Configured), Version: live.Version, Changed: live.Changed}
 	if !live.At.IsZero() {
 		rep.SetAt = live.At.UTC().Format(time.RFC3339Nano)
 	}
@@ -87,7 +90,11 @@ func limitsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if rep.SetAt != "" {
 		fmt.Fprintf(stdout, "; changed %s, version %d", rep.SetAt, rep.Version)
 	}
-	fmt.Fprintln(stdout, ")")
+	fmt.Fprint(stdout, ")")
+	if sub != "show" && !live.Changed {
+		fmt.Fprint(stdout, ": unchanged, already in force")
+	}
+	fmt.Fprintln(stdout)
 	return nil
 }
 

@@ -100,3 +100,30 @@ func TestLiveLimitsFleet(t *testing.T) {
 		t.Fatalf("after limits reset the busiest second held %d: the configured 100/1s did not come back", busiest)
 	}
 }
+
+// Limits from headers (issue 18): the provider allows 60/1s and says so in IETF headers; the configuration
+// says 100/1s, with limits_from_headers. Two workers with a backlog: the provider, which counts from the
+// first request, sees none over 60/1s, and the gate shows the announced limit in force.
+func TestLimitsFromHeaders(t *testing.T) {
+	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 60, Per: time.Second}}, args: []string{"--headers", "ietf"}})
+	f.writeConfig(simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}}) // what the operator believes
+	f.established()
+	f.env2 = append(f.env2, "PAYGATE_PROVIDERS_ACME_LIMITS_FROM_HEADERS=true")
+	f.enqueue("acme", 600, "h")
+	f.startWorker()
+	f.startWorker()
+	s := f.sims["acme"]
+	f.waitFor("six seconds' worth", time.Minute, func() bool { return s.Stats().Accepted >= 360 })
+	shown := f.limits("show")
+	f.stopAll()
+	st := s.Stats()
+	u := utilisation(st, []sim.Window{{Limit: 60, Per: time.Second}}, f.margin)
+	t.Logf("accepted %d, violations %d, utilisation of 60/1s %.3f; limits %+v", st.Accepted, st.Violations, u, shown)
+	if st.Violations != 0 {
+		f.dumpLogs()
+		t.Fatalf("%d requests over the announced 60/1s", st.Violations)
+	}
+	if shown.Source != "headers" || strings.Join(shown.Limits, ",") != "60/1s" {
+		t.Fatalf("limits in force %+v, want 60/1s from the headers", shown)
+	}
+}

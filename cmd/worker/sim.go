@@ -22,6 +22,7 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	header := fs.String("idempotency-header", "Idempotency-Key", "header the idempotency key is read from")
 	seed := fs.Uint64("seed", 0, "seed for the injected faults (0: random)")
 	maxInFlight := fs.Int("max-in-flight", 0, "answer 429 to a request beyond N in flight at once (0: no cap)")
+	headers := fs.String("headers", "none", "announce the limits in every answer: ietf (RateLimit-Policy, RateLimit), x-ratelimit (X-RateLimit-*) or none")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -36,7 +37,7 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return usageError{err}
 	}
 	opts := sim.Options{Limits: windows, Latency: *latency, Jitter: *jitter, ErrorRate: *errorRate,
-		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed, MaxInFlight: *maxInFlight}
+		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed, MaxInFlight: *maxInFlight, Headers: *headers}
 	if _, err := sim.New(opts); err != nil {
 		return usageError{err}
 	}

@@ -12,7 +12,7 @@
 // # worker provider-sim
 //
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
-//	                    [--idempotency-header H] [--seed N] [--max-in-flight N]
+//	                    [--idempotency-header H] [--seed N] [--max-in-flight N] [--headers ietf|x-ratelimit|none]
 //
 // Its flags and what the simulator does with each request:
 //
@@ -73,6 +73,17 @@
 // throttle_for is a 429 storm: every payment request is answered 429 with Retry-After: retry_after and
 // is not charged (throttled_injected). down_for is an outage: every payment request has its connection
 // closed without an answer (down_refused). Both last from the moment they are set; {} ends every fault.
+//
+// # --headers
+//
+// --headers announces the limits in force in every payment answer. ietf, the IETF httpapi draft's:
+//
+//	RateLimit-Policy: "w0";q=100;w=1, "w1";q=3000;w=60
+//	RateLimit: "w0";r=42;t=1, "w1";r=2950;t=60
+//
+// (q the limit, w the window in whole seconds, r what remains, t the seconds until the oldest request in
+// the window leaves it). x-ratelimit: X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
+// (seconds) for the shortest window. none (the default): nothing.
 //
 // # POST /limits
 //

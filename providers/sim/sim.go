@@ -61,6 +61,10 @@ type Options struct {
 	MaxInFlight int
 	// IdempotencyHeader names the header keys are read from; default Idempotency-Key.
 	IdempotencyHeader string
+	// Headers announces the limits in every payment answer: HeadersIETF (the httpapi draft's
+	// RateLimit-Policy and RateLimit), HeadersXRateLimit (X-RateLimit-Limit, -Remaining and -Reset, for the
+	// shortest window), or "" / HeadersNone: nothing.
+	Headers string
 	// Seed makes the injected faults reproducible; 0 picks one at random.
 	Seed uint64
 	// Now is the clock windows are kept with; nil: time.Now.
@@ -170,6 +174,9 @@ func New(o Options) (*Provider, error) {
 	}
 	if o.MaxInFlight < 0 {
 		return nil, fmt.Errorf("sim: max in flight %d must be >= 0 (0: no cap)", o.MaxInFlight)
+	}
+	if o.Headers != "" && o.Headers != HeadersNone && o.Headers != HeadersIETF && o.Headers != HeadersXRateLimit {
+		return nil, fmt.Errorf("sim: headers %q: want %s, %s or %s", o.Headers, HeadersIETF, HeadersXRateLimit, HeadersNone)
 	}
 	if o.HangFor <= 0 {
 		o.HangFor = time.Minute
@@ -487,6 +494,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, resp, retry := p.admit(key, body)
+	p.announce(w.Header())
 	switch v {
 	case down:
 		if hj, ok := w.(http.Hijacker); ok {
@@ -515,6 +523,55 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.sleep(r.Context())
 	writeJSON(w, http.StatusOK, string(resp))
+}
+
+// The ways Options.Headers announces the limits.
+const (
+	HeadersNone       = "none"
+	HeadersIETF       = "ietf"
+	HeadersXRateLimit = "x-ratelimit"
+)
+
+// announce sets the rate-limit headers Options.Headers asks for, from the limits in force and what the
+// windows hold now. Windows are announced in whole seconds (rounded up).
+func (p *Provider) announce(h http.Header) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.o.Headers == "" || p.o.Headers == HeadersNone {
+		return
+	}
+	now := p.o.Now()
+	secs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
+	remaining := func(w Window) (int, int64) {
+		in := p.inWindow(now, w.Per)
+		reset := int64(0)
+		if len(in) > 0 {
+			reset = secs(in[0].Add(w.Per).Sub(now))
+		}
+		return max(0, w.Limit-len(in)), reset
+	}
+	switch p.o.Headers {
+	case HeadersIETF:
+		var policy, state []string
+		for i, w := range p.o.Limits {
+			r, t := remaining(w)
+			policy = append(policy, fmt.Sprintf(`"w%d";q=%d;w=%d`, i, w.Limit, secs(w.Per)))
+			state = append(state, fmt.Sprintf(`"w%d";r=%d;t=%d`, i, r, t))
+		}
+		h.Set("RateLimit-Policy", strings.Join(policy, ", "))
+		h.Set("RateLimit", strings.Join(state, ", "))
+	case HeadersXRateLimit:
+		shortest := p.o.Limits[0]
+		for _, w := range p.o.Limits {
+			if w.Per < shortest.Per {
+				shortest = w
+			}
+		}
+		r, t := remaining(shortest)
+		h.Set("X-RateLimit-Limit", strconv.Itoa(shortest.Limit))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(r))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(t, 10))
+	}
 }
 
 func (p *Provider) sleep(ctx context.Context) {

@@ -11,6 +11,7 @@
 package config
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -138,6 +139,10 @@ type Provider struct {
 	// LimitsFromHeaders lowers the provider's limits, for the whole fleet, to what its responses announce
 	// (RateLimit-Policy, RateLimit-Limit, X-RateLimit-Limit), never above the configured ones.
 	LimitsFromHeaders bool `mapstructure:"limits_from_headers"`
+	// Adaptive learns a limit the provider does not publish, between Min and Max ("10/1s", "500/1s", one
+	// window): the fleet starts at Min, raises it while the limit binds and requests succeed, and cuts it
+	// on a 429. Limits are then left out: Min is the configured limit (what holds without Redis).
+	Adaptive *Adaptive `mapstructure:"adaptive"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
@@ -200,6 +205,11 @@ func (pr Provider) WithDefaults() Provider {
 	if pr.Mode == "" {
 		pr.Mode = ModeEnforce
 	}
+	if pr.Adaptive != nil && len(pr.Limits) == 0 {
+		if lo, _, err := pr.Adaptive.Range(); err == nil {
+			pr.Limits = []Limit{{Requests: lo.Limit, Per: lo.Window}} // the floor: what holds without Redis
+		}
+	}
 	if pr.Algorithm == string(gate.SlidingWindow) && pr.Buckets == 0 {
 		pr.Buckets = DefaultBuckets
 	}
@@ -217,6 +227,27 @@ func (pr Provider) WithDefaults() Provider {
 		pr.RetryAfterMax = DefaultRetryAfterMax
 	}
 	return pr
+}
+
+// Adaptive is a provider's learned limit's range (providers.<name>.adaptive).
+type Adaptive struct {
+	Min string `mapstructure:"min"`
+	Max string `mapstructure:"max"`
+}
+
+// Range reads the range: two policies of one window, min <= max.
+func (a Adaptive) Range() (lo, hi gate.Policy, err error) {
+	l, err1 := gate.ParsePolicies(a.Min)
+	h, err2 := gate.ParsePolicies(a.Max)
+	switch {
+	case err1 != nil || len(l) != 1:
+		return lo, hi, fmt.Errorf("min: want one N/duration, e.g. 10/1s, got %q", a.Min)
+	case err2 != nil || len(h) != 1:
+		return lo, hi, fmt.Errorf("max: want one N/duration, e.g. 500/1s, got %q", a.Max)
+	case l[0].Window != h[0].Window || l[0].Limit > h[0].Limit:
+		return lo, hi, fmt.Errorf("want min and max of one window, min <= max, got %s and %s", l[0], h[0])
+	}
+	return l[0], h[0], nil
 }
 
 // Limit is one window: at most Requests units of cost per Per.

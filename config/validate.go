@@ -122,6 +122,15 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	case pr.Buckets != 0 && (pr.Buckets < 1 || pr.Buckets > gate.MaxBuckets):
 		p.add(path+".buckets", "must be 1..%d, got %d", gate.MaxBuckets, pr.Buckets)
 	}
+	if pr.Adaptive != nil {
+		lo, _, err := pr.Adaptive.Range()
+		if err != nil {
+			p.add(path+".adaptive", "%v", err)
+		} else if len(pr.Limits) != 1 || pr.Limits[0].Requests != lo.Limit || pr.Limits[0].Per != lo.Window {
+			p.add(path+".limits", "leave out with adaptive: the limit is learned from adaptive.min (%s) up to adaptive.max", lo)
+		}
+		p.check(!pr.LimitsFromHeaders, path+".limits_from_headers", "is for a provider that announces its limits; adaptive is for one that does not: pick one")
+	}
 	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
 	seen := map[time.Duration]int{} // by the µs, as the gate counts windows
 	for i, l := range pr.Limits {

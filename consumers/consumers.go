@@ -155,6 +155,9 @@ type Config struct {
 	Providers map[string]int64
 	// Shadow lists the providers in shadow mode: the gate decides and counts, every job goes at once.
 	Shadow map[string]bool
+	// Adaptive lists the providers whose limit is learned (providers.<name>.adaptive): a 429 cuts the
+	// limit for the fleet instead of pausing it, and widens no margin.
+	Adaptive map[string]bool
 }
 
 // Worker runs the core over a broker.
@@ -420,13 +423,13 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// goes back, so the retry's new request gets a new slot (a duplicate's entry may stand for an
 		// earlier request the provider did count). Releasing before the pause could hand the unit to
 		// another worker that sends into the throttle.
-		if !shadow { // shadow mode holds nothing back, a pause included
+		if !shadow && !w.cfg.Adaptive[provider] { // shadow mode holds nothing back; a learned limit is cut instead
 			w.pause(ctx, provider, thr.RetryAfter)
 		}
 		if v.Allowed && !v.Duplicate && !v.Moved {
 			_, _ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot())
 		}
-		if v.Allowed && !v.Duplicate && !v.Moved && !shadow {
+		if v.Allowed && !v.Duplicate && !v.Moved && !shadow && !w.cfg.Adaptive[provider] {
 			// Sent on its slot, in time, and still too many for the provider: it counted the window with
 			// requests arriving later than the margin allows for. The fleet widens it. (Not in shadow mode:
 			// there the requests go whenever they come.)

@@ -17,6 +17,7 @@ const (
 	SourceConfig   = "config"   // the limits the Limiter was built with
 	SourceOverride = "override" // live limits set with SetLimits (`worker limits set`)
 	SourceHeaders  = "headers"  // live limits the provider announced (FollowAnnounced)
+	SourceLearned  = "learned"  // a limit learned from the provider's answers (Learn)
 )
 
 // LimitsWatcher is a Watcher that is also told when any process changed a provider's live limits
@@ -126,6 +127,36 @@ func (l *Limiter) FollowAnnounced(ctx context.Context, providerName string, anno
 		st, err = l.changeLimits(ctx, providerName, lp, "set", FormatPolicies(target), SourceHeaders)
 	}
 	return err == nil && st.Changed, err
+}
+
+// Learn moves a provider's learned limit (providers.<name>.adaptive) one step for the whole fleet: down
+// (to 90 %) after a 429, up after requests succeeded while the limit bound (by a quarter until the first
+// cut, then by 2 %, at least 1), within lo..hi (one window), at most one step per window fleet-wide, and
+// never over an operator's or the headers' live limits. The learned limit is put in force as live limits
+// with source learned (see lua/limits.lua). changed reports whether this call moved it.
+func (l *Limiter) Learn(ctx context.Context, providerName string, up bool, lo, hi Policy) (changed bool, err error) {
+	lp, ok := l.providers[providerName]
+	if !ok {
+		return false, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	}
+	if lo.Window != hi.Window || lo.Limit < 1 || lo.Limit > hi.Limit {
+		return false, invalidf("gate: learn %s: want a range of one window, got %s..%s", providerName, lo, hi)
+	}
+	dir := "down"
+	if up {
+		dir = "up"
+	}
+	p := lp.cur.Load()
+	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), "learn", dir, l.pauses, providerName, SourceLearned,
+		lo.Limit, hi.Limit, FormatDuration(lo.Window), micros(lo.Window)).Slice()
+	if err != nil {
+		return false, fmt.Errorf("gate: learn the limits of %s: %w", providerName, err)
+	}
+	st, err := liveReply(reply)
+	if err != nil {
+		return false, fmt.Errorf("gate: learn the limits of %s: %w", providerName, err)
+	}
+	return st.changed, l.adopt(providerName, lp, st)
 }
 
 // Limits reads a provider's limits in force from Redis.
@@ -260,8 +291,8 @@ func (l *Limiter) adoptLocked(providerName string, lp *live, st liveState) error
 		return fmt.Errorf("gate: the live limits of %s in Redis: %w", providerName, err)
 	}
 	p.liveAt = st.at
-	if policies != nil && st.source == SourceHeaders {
-		p.source = SourceHeaders
+	if policies != nil && st.source != "" {
+		p.source = st.source
 	}
 	lp.cur.Store(&p)
 	return nil

@@ -273,3 +273,71 @@ func TestFollowAnnounced(t *testing.T) {
 		t.Fatalf("an announcement over an operator's live limits: %s", inForce(a))
 	}
 }
+
+// Learn (providers.<name>.adaptive) moves the learned limit one step per window for the fleet: up by a
+// quarter until the first cut, then by 2 % (at least 1); down to 90 % on a 429; within min..max; never over
+// an operator's live limits.
+func TestLearn(t *testing.T) {
+	ctx := context.Background()
+	const w = 400 * time.Millisecond // a step per window: the checks within one take a few ms
+	lo, hi := pol(10, w), pol(20, w)
+	a, b := twoProcesses(t, backends(t)[0].rdb, gate.SlidingLog, lo)
+	limit := func() string {
+		t.Helper()
+		live, err := b.Limits(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return live.Source + " " + gate.FormatPolicies(live.Policies)
+	}
+	step := func(l *gate.Limiter, up bool) bool {
+		t.Helper()
+		changed, err := l.Learn(ctx, prov, up, lo, hi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	if !step(a, true) || limit() != "learned 13/400ms" { // ceil(10 * 1.25)
+		t.Fatalf("first raise: %s", limit())
+	}
+	if step(b, true) || limit() != "learned 13/400ms" {
+		t.Fatalf("a second raise within the window: %s", limit())
+	}
+	time.Sleep(w)
+	if !step(b, true) || limit() != "learned 17/400ms" {
+		t.Fatalf("second raise: %s", limit())
+	}
+	// A cut does not wait for a raise's window (a 429 says the raise went too far), but only one per window.
+	if !step(a, false) || step(b, false) || limit() != "learned 15/400ms" { // floor(17 * 0.9)
+		t.Fatalf("cut: %s", limit())
+	}
+	if got := admitted(t, a, "l-", 20); got != 15 {
+		t.Fatalf("admitted %d under a learned 15/400ms, want 15", got)
+	}
+	time.Sleep(w)
+	if !step(a, true) || limit() != "learned 16/400ms" { // after a cut: +2 %, at least 1
+		t.Fatalf("raise after the cut: %s", limit())
+	}
+	for range 8 {
+		time.Sleep(w)
+		step(a, true)
+	}
+	if limit() != "learned 20/400ms" {
+		t.Fatalf("raised past the max: %s", limit())
+	}
+	for range 8 {
+		time.Sleep(w)
+		step(b, false)
+	}
+	if limit() != "learned 10/400ms" {
+		t.Fatalf("cut below the min: %s", limit())
+	}
+	if _, err := b.SetLimits(ctx, prov, []gate.Policy{pol(12, w)}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(w)
+	if step(a, true) || limit() != "override 12/400ms" {
+		t.Fatalf("learning over an operator's live limits: %s", limit())
+	}
+}

@@ -12,12 +12,20 @@
 -- KEYS[2] -> <prefix>:{<provider>}:pace    STRING the pace's arrival time (family.lua): a change deletes it,
 --                                                since it was spaced for the old limits
 --
--- ARGV[1] -> op: 'set', 'reset' or 'show'
--- ARGV[2] -> set: the limits, as gate.FormatPolicies writes them (checked by the caller); else ''
+-- ARGV[1] -> op: 'set', 'reset', 'show' or 'learn'
+-- ARGV[2] -> set: the limits, as gate.FormatPolicies writes them (checked by the caller); learn: 'up' or
+--            'down'; else ''
 -- ARGV[3] -> the announcement channel, <prefix>:pauses
 -- ARGV[4] -> the provider's name
 -- ARGV[5] -> set and reset: who asks, 'override' (an operator: always done) or 'headers' (the provider's
---            announcements: never over an operator's override, and reset only what headers set)
+--            announcements: never over an operator's override, and reset only what headers set); learn:
+--            'learned'
+-- learn (providers.<name>.adaptive) moves the learned limit, field learned (absent: ARGV[6]), within
+-- ARGV[6]..ARGV[7] for the window ARGV[8] (as FormatDuration writes it), fleet-wide: 'down' (a 429) cuts
+-- it to 90 %, at most once per ARGV[9] µs (field cut_at), whatever raised it meanwhile; 'up' (requests
+-- succeeded while the limit bound) raises it, at most once per ARGV[9] µs after any change (at), by a
+-- quarter until the first cut (field backed_off), then by 2 % (at least 1).
+-- Never over an operator's or the headers' live limits. Only a cut is announced.
 --
 -- Returns {version, limits ('' for the configured ones), at_us, source ('' for the configured ones),
 -- changed (1, or 0 when nothing changed)}, as in force after the call. A set of the limits and source in
@@ -28,7 +36,39 @@ local op, source = ARGV[1], ARGV[5]
 local got = redis.call('HMGET', KEYS[1], 'version', 'limits', 'at', 'source')
 local function current() return {tonumber(got[1] or 0), got[2] or '', tonumber(got[3] or 0), got[4] or '', 0} end
 if op == 'show' then return current() end
-if op ~= 'set' and op ~= 'reset' then return redis.error_reply('ERR paygate: op must be set, reset or show, got ' .. tostring(op)) end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = string.format('%d', now_us)
+if op == 'learn' then
+  local in_force = got[4] or ''
+  if in_force == 'override' or in_force == 'headers' then return current() end
+  -- One cut per window, whatever raised it meanwhile; a raise only a window after any change.
+  local since = tonumber(got[3] or 0)
+  if ARGV[2] == 'down' then since = tonumber(redis.call('HGET', KEYS[1], 'cut_at') or 0) end
+  if now_us - since < tonumber(ARGV[9]) then return current() end
+  local lo, hi = tonumber(ARGV[6]), tonumber(ARGV[7])
+  local learned = tonumber(redis.call('HGET', KEYS[1], 'learned') or lo)
+  local backed = redis.call('HGET', KEYS[1], 'backed_off') == '1'
+  local next
+  if ARGV[2] == 'down' then
+    next = math.floor(learned * 0.9)
+    redis.call('HSET', KEYS[1], 'backed_off', '1', 'cut_at', now)
+  elseif backed then
+    next = learned + math.max(1, math.floor(learned * 0.02))
+  else
+    next = math.ceil(learned * 1.25)
+  end
+  next = math.max(lo, math.min(hi, next))
+  if next == learned and in_force == 'learned' then return current() end
+  local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
+  redis.call('DEL', KEYS[2])
+  local limits = string.format('%d', next) .. '/' .. ARGV[8]
+  redis.call('HSET', KEYS[1], 'limits', limits, 'at', now, 'source', 'learned', 'learned', string.format('%d', next))
+  -- Slots handed out under a lower limit keep within a higher one: only a cut voids them.
+  if next < learned then redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' limits ' .. now) end
+  return {version, limits, now_us, 'learned', 1}
+end
+if op ~= 'set' and op ~= 'reset' then return redis.error_reply('ERR paygate: op must be set, reset, show or learn, got ' .. tostring(op)) end
 if source ~= 'override' and source ~= 'headers' then return redis.error_reply('ERR paygate: source must be override or headers, got ' .. tostring(source)) end
 if op == 'set' and ARGV[2] == '' then return redis.error_reply('ERR paygate: set needs limits') end
 local in_force = got[4] or ''
@@ -36,8 +76,6 @@ if source == 'headers' and in_force == 'override' then return current() end -- t
 if op == 'set' and got[2] == ARGV[2] and in_force == source then return current() end -- no change
 if op == 'reset' and source == 'headers' and in_force ~= 'headers' then return current() end
 
-local t = redis.call('TIME')
-local now = string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('DEL', KEYS[2])
 local limits = ''

@@ -130,6 +130,7 @@ type Client struct {
 	log        *zap.Logger
 	now        func() time.Time
 	onLimits   func([]Announced)
+	onAnswer   func(status int)
 }
 
 // Options tune a Client beyond its config.
@@ -143,6 +144,8 @@ type Options struct {
 	// OnLimits, when set, is told the limits every answer announces in its headers (ParseLimitHeaders),
 	// before Dispatch returns (providers.<name>.limits_from_headers).
 	OnLimits func([]Announced)
+	// OnAnswer, when set, is told every answer's status before Dispatch returns (providers.<name>.adaptive).
+	OnAnswer func(status int)
 }
 
 // New builds the client for provider name from its config (keys left out take config's defaults). The
@@ -195,6 +198,7 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		log:        o.Logger,
 		now:        o.Now,
 		onLimits:   o.OnLimits,
+		onAnswer:   o.OnAnswer,
 	}
 	cl.raMax = max(cl.raMax, cl.raDefault) // Validate refuses the opposite; a hand-built config may not
 	if cl.log == nil {
@@ -269,6 +273,9 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
 		if a := ParseLimitHeaders(resp.Header); a != nil {
 			c.onLimits(a)
 		}
+	}
+	if c.onAnswer != nil {
+		c.onAnswer(resp.StatusCode)
 	}
 	err = c.classify(resp)
 	c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Int("status", resp.StatusCode), zap.Duration("took", time.Since(start)), zap.String("outcome", string(OutcomeOf(err))))

@@ -128,7 +128,19 @@ func Core(c *config.Config) consumers.Config {
 		LateLimit:       c.Gate.Margin / 2,
 		Providers:       MaxCosts(c),
 		Shadow:          shadowed(c),
+		Adaptive:        adaptive(c),
 	}
+}
+
+// adaptive lists the providers whose limit is learned (providers.<name>.adaptive).
+func adaptive(c *config.Config) map[string]bool {
+	out := map[string]bool{}
+	for name, p := range c.Providers {
+		if p.Adaptive != nil {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // shadowed lists the providers in shadow mode (providers.<name>.mode).
@@ -155,9 +167,10 @@ func MaxCosts(c *config.Config) map[string]int64 {
 	return out
 }
 
-// Dispatchers returns an HTTP client per configured provider, each with worker.concurrency connections.
-// Providers with limits_from_headers tell g what they announce (g nil: nobody is told).
-func Dispatchers(c *config.Config, g *gate.Limiter, o Options) (map[string]consumers.Dispatcher, func(), error) {
+// dispatchers returns an HTTP client per configured provider, each with worker.concurrency connections.
+// Providers with limits_from_headers tell g what they announce; adaptive ones tell their learner every
+// answer.
+func dispatchers(c *config.Config, g *gate.Limiter, learners map[string]*learner, o Options) (map[string]consumers.Dispatcher, func(), error) {
 	out := map[string]consumers.Dispatcher{}
 	var clients []*providers.Client
 	closeAll := func() {
@@ -169,6 +182,9 @@ func Dispatchers(c *config.Config, g *gate.Limiter, o Options) (map[string]consu
 		po := providers.Options{Concurrency: c.Worker.Concurrency, Logger: o.log().Named("dispatch")}
 		if c.Providers[name].LimitsFromHeaders && g != nil {
 			po.OnLimits = followAnnounced(g, name, o.log())
+		}
+		if l := learners[name]; l != nil {
+			po.OnAnswer = l.answered
 		}
 		cl, err := providers.New(name, c.Providers[name], po)
 		if err != nil {
@@ -244,6 +260,7 @@ type Parts struct {
 	Broker      Broker
 	Core        consumers.Config
 	closers     []func()
+	learners    map[string]*learner // the adaptive providers'
 }
 
 // Build connects everything a worker process needs, in the order `worker run` logs problems: the
@@ -264,7 +281,8 @@ func Build(ctx context.Context, c *config.Config, o Options) (p *Parts, err erro
 	if p.Gate, err = Gate(c, rdb, Worker); err != nil {
 		return p, err
 	}
-	d, closeD, err := Dispatchers(c, p.Gate, o)
+	p.learners = newLearners(c, p.Gate, o.log())
+	d, closeD, err := dispatchers(c, p.Gate, p.learners, o)
 	if err != nil {
 		return p, err
 	}
@@ -282,6 +300,9 @@ func Build(ctx context.Context, c *config.Config, o Options) (p *Parts, err erro
 func (p *Parts) Worker(g consumers.Gate, log *zap.Logger, metrics *consumers.Metrics) (*consumers.Worker, error) {
 	if g == nil {
 		g = p.Gate
+	}
+	if len(p.learners) > 0 {
+		g = learningGate{Gate: g, learners: p.learners}
 	}
 	return consumers.New(p.Core, g, p.Dispatchers, log, metrics)
 }

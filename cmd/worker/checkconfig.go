@@ -44,6 +44,9 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		if p.Mode == config.ModeShadow {
 			algo += ", shadow mode (nothing held back)"
 		}
+		if p.Adaptive != nil {
+			limits = []string{fmt.Sprintf("learned %s..%s", p.Adaptive.Min, p.Adaptive.Max)}
+		}
 		if p.MaxInFlight > 0 {
 			limits = append(limits, fmt.Sprintf("%d in flight", p.MaxInFlight))
 		}

@@ -129,6 +129,21 @@ func newFleet(t *testing.T, ps ...simProvider) *fleet {
 	return f
 }
 
+// writeAdaptive writes the fleet's configuration with one provider whose limit is learned within min..max.
+func (f *fleet) writeAdaptive(provider, min, max string) {
+	f.t.Helper()
+	f.writeConfig()
+	yaml := fmt.Sprintf("  %s:\n    url: %s/pay\n    timeout: 5s\n    adaptive: {min: %s, max: %s}\n", provider, f.sims[provider].url, min, max)
+	fh, err := os.OpenFile(f.cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = fh.WriteString(yaml)
+		fh.Close()
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 // writeConfig writes the fleet's configuration with these providers (each served by the simulator the
 // fleet started under its name), at the limits given here.
 func (f *fleet) writeConfig(ps ...simProvider) {

@@ -96,6 +96,8 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "limits: an operator's live limits (version %d; worker limits reset goes back to the configured ones)\n", rep.LimitsVersion)
 	case gate.SourceHeaders:
 		fmt.Fprintf(stdout, "limits: as the provider announces them (version %d; limits_from_headers)\n", rep.LimitsVersion)
+	case gate.SourceLearned:
+		fmt.Fprintf(stdout, "limits: learned from the provider's answers (version %d; adaptive)\n", rep.LimitsVersion)
 	}
 	if rep.MaxInFlight > 0 {
 		fmt.Fprintf(stdout, "in flight: %d of %d leases\n", rep.InFlight, rep.MaxInFlight)

@@ -127,3 +127,43 @@ func TestLimitsFromHeaders(t *testing.T) {
 		t.Fatalf("limits in force %+v, want 60/1s from the headers", shown)
 	}
 }
+
+// Learning (issue 18): a provider at 80/1s that says nothing of it; the workers are told only
+// adaptive: {min: 10/1s, max: 500/1s}. Within 30 s the fleet uses at least 0.9 of 80/1s, with 429s at most
+// 2 % of the requests over the following 60 s; the provider then drops to 40/1s, and 10 s later the fleet
+// is settled at it (over the next 5 s: 429s at most 2 %, at least 0.8 of 40/1s used).
+func TestAdaptiveLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two minutes")
+	}
+	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 80, Per: time.Second}}})
+	f.writeAdaptive("acme", "10/1s", "500/1s")
+	f.established()
+	f.enqueue("acme", 9000, "a")
+	f.startWorker()
+	f.startWorker()
+	s := f.sims["acme"]
+	f.waitFor("the first acceptance", time.Minute, func() bool { return s.Stats().Accepted > 0 })
+	time.Sleep(30 * time.Second)
+	from := s.Stats()
+	time.Sleep(60 * time.Second)
+	to := s.Stats()
+	used := float64(to.Accepted-from.Accepted) / (80 * 60)
+	refused := float64(to.Violations-from.Violations) / float64(max(1, to.Requests-from.Requests))
+	shown := f.limits("show")
+	t.Logf("from 30s to 90s: %.3f of 80/1s used, %.2f%% of requests refused (429); limits in force %v (%s)", used, 100*refused, shown.Limits, shown.Source)
+
+	s.post("/limits", `{"limits":"40/1s"}`)
+	time.Sleep(10 * time.Second)
+	after := s.Stats()
+	time.Sleep(5 * time.Second)
+	settled := s.Stats()
+	f.stopAll()
+	usedAfter := float64(settled.Accepted-after.Accepted) / (40 * 5)
+	refusedAfter := float64(settled.Violations-after.Violations) / float64(max(1, settled.Requests-after.Requests))
+	t.Logf("10s after the drop to 40/1s, over 5s: %.3f of 40/1s used, %.2f%% refused", usedAfter, 100*refusedAfter)
+	if used < 0.9 || refused > 0.02 || usedAfter < 0.8 || refusedAfter > 0.02 || shown.Source != "learned" {
+		f.dumpLogs()
+		t.Fatal("want >= 0.9 of 80/1s with <= 2% refused, then within 10s >= 0.8 of 40/1s with <= 2% refused")
+	}
+}

@@ -1,7 +1,7 @@
 # paygate. `make test` is the test command CI runs (.ci/run); it starts the servers the tests need.
 GO ?= go
 
-.PHONY: test test-repeat test-faults services vet fmt build bench bench-quick bench-gate bench-fleet clean
+.PHONY: test test-repeat test-faults test-adaptive services vet fmt build bench bench-quick bench-gate bench-fleet clean
 
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
 # machine to itself: they run after the other packages, not beside them. Then ten seconds of fuzzing the
@@ -24,6 +24,12 @@ test-repeat:
 # restarts the RabbitMQ application and changes its consumer_timeout for a while: run it alone.
 test-faults: services
 	$(GO) test -race -count=1 -timeout 12m -run '^TestFault' -v ./cmd/worker
+
+# The learned-limit acceptance (issue 18, docs/operations.md "Learned limits"): two minutes of two workers
+# learning a provider's unpublished 80/1s, then its drop to 40/1s. Its utilisation needs the machine to
+# itself: not part of make test.
+test-adaptive: services
+	PAYGATE_TEST_ADAPTIVE=1 $(GO) test -count=1 -timeout 5m -run '^TestAdaptiveLimit$$' -v ./cmd/worker
 
 # Redis on 6379, a 3-node Redis Cluster on 7000-7002, RabbitMQ on 5672; installed with apt-get if missing.
 services:

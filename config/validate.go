@@ -130,6 +130,12 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 			p.add(path+".limits", "leave out with adaptive: the limit is learned from adaptive.min (%s) up to adaptive.max", lo)
 		}
 		p.check(!pr.LimitsFromHeaders, path+".limits_from_headers", "is for a provider that announces its limits; adaptive is for one that does not: pick one")
+		p.check(pr.Mode != ModeShadow, path+".mode", "shadow sends whatever the gate says: there is nothing to learn from; leave out adaptive or shadow")
+		p.check(pr.Algorithm == string(gate.SlidingLog) || pr.Algorithm == string(gate.SlidingWindow) || pr.Algorithm == string(gate.FixedWindow),
+			path+".adaptive", "needs an algorithm that keeps a history (sliding_log, sliding_window, fixed_window): %s starts afresh, with a warm-up, at every change of its limits", pr.Algorithm)
+		if _, hi, err := pr.Adaptive.Range(); err == nil && pr.Algorithm == string(gate.SlidingLog) && hi.Limit > gate.MaxSlidingLogLimit {
+			p.add(path+".adaptive", "max must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window), got %d", gate.MaxSlidingLogLimit, hi.Limit)
+		}
 	}
 	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
 	seen := map[time.Duration]int{} // by the µs, as the gate counts windows

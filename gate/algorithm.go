@@ -69,6 +69,12 @@ type Provider struct {
 	// Lease is how long after its slot a lease lapses by itself, so that a worker that died holding one
 	// (kill -9) cannot leak it: the provider's request timeout plus a slack. Required with MaxInFlight.
 	Lease time.Duration
+	// FromHeaders: the provider's live limits may come from its announcements (FollowAnnounced); without
+	// it, announced limits left in Redis by an earlier configuration are not followed.
+	FromHeaders bool
+	// LearnMin and LearnMax bound a learned limit (Learn); zero: the provider's limits are not learned,
+	// and a learned limit left in Redis by an earlier configuration is not followed.
+	LearnMin, LearnMax Policy
 }
 
 // MaxSlidingLogLimit is the largest limit SlidingLog takes: it keeps one sorted-set member per unit of cost

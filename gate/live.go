@@ -130,7 +130,7 @@ func (l *Limiter) FollowAnnounced(ctx context.Context, providerName string, anno
 }
 
 // Learn moves a provider's learned limit (providers.<name>.adaptive) one step for the whole fleet: down
-// (to 90 %) after a 429, up after requests succeeded while the limit bound (by a quarter until the first
+// (to 95 %, 85 % when the window before had a cut too) after a 429, up after requests succeeded while the limit bound (by a quarter until the first
 // cut, then by 2 %, at least 1), within lo..hi (one window), at most one step per window fleet-wide, and
 // never over an operator's or the headers' live limits. The learned limit is put in force as live limits
 // with source learned (see lua/limits.lua). changed reports whether this call moved it.
@@ -285,6 +285,7 @@ func (l *Limiter) adoptLocked(providerName string, lp *live, st liveState) error
 		if policies, err = ParsePolicies(st.limits); err != nil {
 			return fmt.Errorf("gate: the live limits of %s in Redis: %w", providerName, err)
 		}
+		policies = l.fit(lp.spec, st.source, policies)
 	}
 	p, err := l.build(providerName, lp, st.version, policies)
 	if err != nil {
@@ -331,6 +332,33 @@ func longestWindow(policies []Policy) time.Duration {
 		w = max(w, p.Window)
 	}
 	return w
+}
+
+// fit holds live limits that came from the provider (headers) or were learned to what this process's
+// configuration allows now: a configuration changed since they were set may no longer follow them (nil:
+// the configured limits), or bound them lower. An operator's live limits are taken as they are.
+func (l *Limiter) fit(spec Provider, source string, live []Policy) []Policy {
+	switch source {
+	case SourceLearned:
+		if spec.LearnMax.Limit == 0 || len(live) != 1 || live[0].Window != spec.LearnMin.Window {
+			return nil
+		}
+		return []Policy{{Limit: min(max(live[0].Limit, spec.LearnMin.Limit), spec.LearnMax.Limit), Window: live[0].Window}}
+	case SourceHeaders:
+		if !spec.FromHeaders {
+			return nil
+		}
+		out := append([]Policy(nil), spec.Policies...)
+		for _, p := range live {
+			for i := range out {
+				if out[i].Window == p.Window && p.Limit < out[i].Limit {
+					out[i].Limit = p.Limit
+				}
+			}
+		}
+		return out
+	}
+	return live
 }
 
 // liveKeys are limits.lua's KEYS: the live limits and the pace (see newProvider for the order).

@@ -17,20 +17,27 @@ import (
 // warm-up on, and its state begun already (the epoch written: no first-use warm-up).
 func twoProcesses(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm, policies ...gate.Policy) (a, b *gate.Limiter) {
 	t.Helper()
-	opts := gate.Options{Prefix: uniquePrefix(t), Margin: 5 * time.Millisecond, WarmUp: true,
-		Providers: map[string]gate.Provider{prov: {Algorithm: algo, Policies: policies}}}
-	var err error
-	if a, err = gate.New(rdb, opts); err != nil {
+	return twoProcessesOf(t, rdb, gate.Provider{Algorithm: algo, Policies: policies})
+}
+
+func twoProcessesOf(t *testing.T, rdb redis.UniversalClient, spec gate.Provider) (a, b *gate.Limiter) {
+	t.Helper()
+	prefix := uniquePrefix(t)
+	return processAt(t, rdb, prefix, spec), processAt(t, rdb, prefix, spec)
+}
+
+// processAt is one process's gate on a prefix, its state begun already (the epoch written).
+func processAt(t *testing.T, rdb redis.UniversalClient, prefix string, spec gate.Provider) *gate.Limiter {
+	t.Helper()
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 5 * time.Millisecond, WarmUp: true, Providers: map[string]gate.Provider{prov: spec}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = gate.New(rdb, opts); err != nil {
-		t.Fatal(err)
-	}
-	keys, _ := a.Keys(prov)
+	keys, _ := l.Keys(prov)
 	if err := rdb.Set(context.Background(), keys[len(keys)-1], "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	return a, b
+	return l
 }
 
 // admitted counts the Allows (no wait) admitted out of n, each a new job.
@@ -229,7 +236,7 @@ func TestParsePolicies(t *testing.T) {
 // live limits stand over announcements; Redis is asked only for a change.
 func TestFollowAnnounced(t *testing.T) {
 	ctx := context.Background()
-	a, b := twoProcesses(t, backends(t)[0].rdb, gate.SlidingLog, pol(10, time.Second), pol(100, time.Minute))
+	a, b := twoProcessesOf(t, backends(t)[0].rdb, gate.Provider{Policies: []gate.Policy{pol(10, time.Second), pol(100, time.Minute)}, FromHeaders: true})
 	follow := func(l *gate.Limiter, announced ...gate.Policy) bool {
 		t.Helper()
 		changed, err := l.FollowAnnounced(ctx, prov, announced)
@@ -275,13 +282,15 @@ func TestFollowAnnounced(t *testing.T) {
 }
 
 // Learn (providers.<name>.adaptive) moves the learned limit one step per window for the fleet: up by a
-// quarter until the first cut, then by 2 % (at least 1); down to 90 % on a 429; within min..max; never over
+// quarter until the first cut, then by 2 % (at least 1); down to 95 % on a 429 (85 % right after another cut); within min..max; never over
 // an operator's live limits.
 func TestLearn(t *testing.T) {
 	ctx := context.Background()
 	const w = 400 * time.Millisecond // a step per window: the checks within one take a few ms
 	lo, hi := pol(10, w), pol(20, w)
-	a, b := twoProcesses(t, backends(t)[0].rdb, gate.SlidingLog, lo)
+	rdb, prefix := backends(t)[0].rdb, uniquePrefix(t)
+	a := processAt(t, rdb, prefix, gate.Provider{Policies: []gate.Policy{lo}, LearnMin: lo, LearnMax: hi})
+	b := processAt(t, rdb, prefix, gate.Provider{Policies: []gate.Policy{lo}, LearnMin: lo, LearnMax: hi})
 	limit := func() string {
 		t.Helper()
 		live, err := b.Limits(ctx, prov)
@@ -309,14 +318,14 @@ func TestLearn(t *testing.T) {
 		t.Fatalf("second raise: %s", limit())
 	}
 	// A cut does not wait for a raise's window (a 429 says the raise went too far), but only one per window.
-	if !step(a, false) || step(b, false) || limit() != "learned 15/400ms" { // floor(17 * 0.9)
+	if !step(a, false) || step(b, false) || limit() != "learned 16/400ms" { // floor(17 * 0.95)
 		t.Fatalf("cut: %s", limit())
 	}
-	if got := admitted(t, a, "l-", 20); got != 15 {
-		t.Fatalf("admitted %d under a learned 15/400ms, want 15", got)
+	if got := admitted(t, a, "l-", 20); got != 16 {
+		t.Fatalf("admitted %d under a learned 16/400ms, want 16", got)
 	}
 	time.Sleep(w)
-	if !step(a, true) || limit() != "learned 16/400ms" { // after a cut: +2 %, at least 1
+	if !step(a, true) || limit() != "learned 17/400ms" { // after a cut: +2 %, at least 1
 		t.Fatalf("raise after the cut: %s", limit())
 	}
 	for range 8 {
@@ -325,6 +334,14 @@ func TestLearn(t *testing.T) {
 	}
 	if limit() != "learned 20/400ms" {
 		t.Fatalf("raised past the max: %s", limit())
+	}
+	time.Sleep(w)
+	if !step(b, false) || limit() != "learned 19/400ms" { // floor(20 * 0.95): the window before had no cut
+		t.Fatalf("a cut after raises: %s", limit())
+	}
+	time.Sleep(w)
+	if !step(b, false) || limit() != "learned 16/400ms" { // floor(19 * 0.85): a cut in the window after a cut
+		t.Fatalf("a cut right after a cut: %s", limit())
 	}
 	for range 8 {
 		time.Sleep(w)
@@ -339,5 +356,28 @@ func TestLearn(t *testing.T) {
 	time.Sleep(w)
 	if step(a, true) || limit() != "override 12/400ms" {
 		t.Fatalf("learning over an operator's live limits: %s", limit())
+	}
+	// A reset forgets what was learned: learning starts again from the configured min, never from a
+	// learned limit that is no longer in force.
+	time.Sleep(w)
+	for range 3 {
+		step(a, true)
+		time.Sleep(w)
+	}
+	if _, err := b.ResetLimits(ctx, prov); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(w)
+	if step(a, false) || limit() != "config 10/400ms" { // at min: nothing moves
+		t.Fatalf("a cut after a reset: %s", limit())
+	}
+	time.Sleep(w)
+	if !step(a, true) || limit() != "learned 11/400ms" { // from min, carefully: the provider refused once
+		t.Fatalf("a raise after a reset: %s", limit())
+	}
+	// A process configured without learning (its configuration changed) does not follow a learned limit.
+	c := processAt(t, rdb, prefix, gate.Provider{Policies: []gate.Policy{lo}})
+	if live, err := c.Limits(ctx, prov); err != nil || live.Source != gate.SourceConfig || gate.FormatPolicies(live.Policies) != "10/400ms" {
+		t.Fatalf("a process not learning: %+v, %v", live, err)
 	}
 }

@@ -22,7 +22,8 @@
 --            'learned'
 -- learn (providers.<name>.adaptive) moves the learned limit, field learned (absent: ARGV[6]), within
 -- ARGV[6]..ARGV[7] for the window ARGV[8] (as FormatDuration writes it), fleet-wide: 'down' (a 429) cuts
--- it to 90 %, at most once per ARGV[9] µs (field cut_at), whatever raised it meanwhile; 'up' (requests
+-- it to 95 % (85 % when the window before had a cut too), at most once per ARGV[9] µs (field cut_at),
+-- whatever raised it meanwhile; 'up' (requests
 -- succeeded while the limit bound) raises it, at most once per ARGV[9] µs after any change (at), by a
 -- quarter until the first cut (field backed_off), then by 2 % (at least 1).
 -- Never over an operator's or the headers' live limits. Only a cut is announced.
@@ -47,11 +48,15 @@ if op == 'learn' then
   if ARGV[2] == 'down' then since = tonumber(redis.call('HGET', KEYS[1], 'cut_at') or 0) end
   if now_us - since < tonumber(ARGV[9]) then return current() end
   local lo, hi = tonumber(ARGV[6]), tonumber(ARGV[7])
-  local learned = tonumber(redis.call('HGET', KEYS[1], 'learned') or lo)
+  local learned = lo -- in force: the configured limit (the range's min), or the learned one
+  if in_force == 'learned' then learned = tonumber(redis.call('HGET', KEYS[1], 'learned') or lo) end
   local backed = redis.call('HGET', KEYS[1], 'backed_off') == '1'
   local next
   if ARGV[2] == 'down' then
-    next = math.floor(learned * 0.9)
+    -- A cut in the window after a cut: still too many, cut deeper.
+    local factor = 0.95
+    if now_us - tonumber(redis.call('HGET', KEYS[1], 'cut_at') or 0) < 2 * tonumber(ARGV[9]) then factor = 0.85 end
+    next = math.floor(learned * factor)
     redis.call('HSET', KEYS[1], 'backed_off', '1', 'cut_at', now)
   elseif backed then
     next = learned + math.max(1, math.floor(learned * 0.02))
@@ -59,7 +64,7 @@ if op == 'learn' then
     next = math.ceil(learned * 1.25)
   end
   next = math.max(lo, math.min(hi, next))
-  if next == learned and in_force == 'learned' then return current() end
+  if next == learned then return current() end -- at min or max: nothing moves
   local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
   redis.call('DEL', KEYS[2])
   local limits = string.format('%d', next) .. '/' .. ARGV[8]
@@ -75,6 +80,7 @@ local in_force = got[4] or ''
 if source == 'headers' and in_force == 'override' then return current() end -- the operator's stand
 if op == 'set' and got[2] == ARGV[2] and in_force == source then return current() end -- no change
 if op == 'reset' and source == 'headers' and in_force ~= 'headers' then return current() end
+if op == 'reset' and in_force == '' then return current() end -- the configured limits are in force
 
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('DEL', KEYS[2])
@@ -83,7 +89,7 @@ if op == 'set' then
   limits = ARGV[2]
   redis.call('HSET', KEYS[1], 'limits', limits, 'at', now, 'source', source)
 else
-  redis.call('HDEL', KEYS[1], 'limits', 'source')
+  redis.call('HDEL', KEYS[1], 'limits', 'source', 'learned', 'backed_off', 'cut_at')
   redis.call('HSET', KEYS[1], 'at', now)
   source = ''
 end

@@ -130,7 +130,7 @@ type Client struct {
 	log        *zap.Logger
 	now        func() time.Time
 	onLimits   func([]Announced)
-	onAnswer   func(status int)
+	onAnswer   func(status int, throttled bool)
 }
 
 // Options tune a Client beyond its config.
@@ -144,8 +144,9 @@ type Options struct {
 	// OnLimits, when set, is told the limits every answer announces in its headers (ParseLimitHeaders),
 	// before Dispatch returns (providers.<name>.limits_from_headers).
 	OnLimits func([]Announced)
-	// OnAnswer, when set, is told every answer's status before Dispatch returns (providers.<name>.adaptive).
-	OnAnswer func(status int)
+	// OnAnswer, when set, is told every answer's status, and whether it throttles (a 429, or a 503 with
+	// Retry-After), before Dispatch returns (providers.<name>.adaptive).
+	OnAnswer func(status int, throttled bool)
 }
 
 // New builds the client for provider name from its config (keys left out take config's defaults). The
@@ -274,10 +275,11 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
 			c.onLimits(a)
 		}
 	}
-	if c.onAnswer != nil {
-		c.onAnswer(resp.StatusCode)
-	}
 	err = c.classify(resp)
+	if c.onAnswer != nil {
+		var thr *Throttled
+		c.onAnswer(resp.StatusCode, errors.As(err, &thr))
+	}
 	c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Int("status", resp.StatusCode), zap.Duration("took", time.Since(start)), zap.String("outcome", string(OutcomeOf(err))))
 	return err
 }

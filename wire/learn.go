@@ -42,20 +42,23 @@ func newLearners(c *config.Config, g *gate.Limiter, log *zap.Logger) map[string]
 	return out
 }
 
-// reserved notes a verdict: the limit binds when a job has to wait for its slot, or is denied.
+// reserved notes a verdict: the limit binds when a job is denied by it, or is admitted at a slot where
+// the window is (almost) full: less than 5 % of the limit left (Verdict.Remaining). Light traffic leaves
+// room at its slots, however it bunches; a pause or the in-flight cap is not the limit binding.
 func (l *learner) reserved(v gate.Verdict) {
-	if !v.Allowed || v.Delay > 0 {
+	if (!v.Allowed && !v.InFlight && !v.Paused) || (v.Allowed && v.Remaining < max(1, v.Limit.Limit/20)) {
 		l.bound.Store(time.Now().UnixNano())
 	}
 }
 
-// answered takes a provider's answer (providers.Options.OnAnswer).
-func (l *learner) answered(status int) {
+// answered takes a provider's answer (providers.Options.OnAnswer): throttled is a 429, or a 503 with
+// Retry-After.
+func (l *learner) answered(status int, throttled bool) {
 	now := time.Now().UnixNano()
 	window := int64(l.lo.Window)
 	var up bool
 	switch {
-	case status == 429:
+	case throttled:
 		l.lastCut.Store(now)
 	case status >= 200 && status < 300 && now-l.bound.Load() < window && now-l.lastUp.Load() >= window &&
 		now-l.lastCut.Load() >= window: // no raise while the provider still refuses

@@ -93,7 +93,10 @@ func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter
 	ps := make(map[string]gate.Provider, len(c.Providers))
 	for name, p := range c.Providers {
 		ps[name] = gate.Provider{Policies: p.Policies(), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst,
-			MaxInFlight: p.MaxInFlight, Lease: p.Timeout + LeaseSlack}
+			MaxInFlight: p.MaxInFlight, Lease: p.Timeout + LeaseSlack, FromHeaders: p.LimitsFromHeaders}
+		if p.Adaptive != nil {
+			ps[name] = withRange(ps[name], *p.Adaptive)
+		}
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps}
 	if role == Worker {
@@ -130,6 +133,14 @@ func Core(c *config.Config) consumers.Config {
 		Shadow:          shadowed(c),
 		Adaptive:        adaptive(c),
 	}
+}
+
+// withRange gives the gate an adaptive provider's range (valid: config.Validate checked it).
+func withRange(g gate.Provider, a config.Adaptive) gate.Provider {
+	if lo, hi, err := a.Range(); err == nil {
+		g.LearnMin, g.LearnMax = lo, hi
+	}
+	return g
 }
 
 // adaptive lists the providers whose limit is learned (providers.<name>.adaptive).

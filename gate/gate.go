@@ -950,11 +950,7 @@ func (l *Limiter) Sent(ctx context.Context, providerName, jobID string) error {
 	if err := checkID(jobID); err != nil {
 		return err
 	}
-	var longest time.Duration
-	for _, pol := range p.policies {
-		longest = max(longest, pol.Window)
-	}
-	ttl := (longest + l.margin + time.Second).Milliseconds()
+	ttl := (longestWindow(p.policies) + l.margin + time.Second).Milliseconds()
 	if err := sentScript.Run(ctx, l.rdb, p.keys[2:3], jobID, ttl).Err(); err != nil {
 		return fmt.Errorf("gate: sent %s/%s: %w", providerName, jobID, err)
 	}
@@ -1056,11 +1052,20 @@ func (l *Limiter) Keys(providerName string) ([]string, error) {
 
 // provider is the named provider as in force.
 func (l *Limiter) provider(name string) (provider, error) {
-	lp, ok := l.providers[name]
-	if !ok {
-		return provider{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", name), cause: ErrUnknownProvider}
+	lp, err := l.liveProvider(name)
+	if err != nil {
+		return provider{}, err
 	}
 	return *lp.cur.Load(), nil
+}
+
+// liveProvider is the named provider, configured and in force; an unknown name is ErrUnknownProvider.
+func (l *Limiter) liveProvider(name string) (*live, error) {
+	lp, ok := l.providers[name]
+	if !ok {
+		return nil, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", name), cause: ErrUnknownProvider}
+	}
+	return lp, nil
 }
 
 // micros rounds a duration (>= 0, <= MaxHorizon) up to whole microseconds, the unit of every time the

@@ -56,9 +56,9 @@ type LiveLimits struct {
 // limit (no pacing) stays so, and a smaller one is cut to the new limit. A change of windows under
 // algorithms other than SlidingLog starts their state afresh, which warms up (Options.WarmUp).
 func (l *Limiter) SetLimits(ctx context.Context, providerName string, policies []Policy) (LiveLimits, error) {
-	lp, ok := l.providers[providerName]
-	if !ok {
-		return LiveLimits{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	lp, err := l.liveProvider(providerName)
+	if err != nil {
+		return LiveLimits{}, err
 	}
 	if _, err := l.build(providerName, lp, 0, policies); err != nil {
 		return LiveLimits{}, &invalidError{msg: err.Error()}
@@ -73,9 +73,9 @@ func (l *Limiter) SetLimits(ctx context.Context, providerName string, policies [
 
 // ResetLimits puts a provider back on its configured limits, as SetLimits puts live ones in force.
 func (l *Limiter) ResetLimits(ctx context.Context, providerName string) (LiveLimits, error) {
-	lp, ok := l.providers[providerName]
-	if !ok {
-		return LiveLimits{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	lp, err := l.liveProvider(providerName)
+	if err != nil {
+		return LiveLimits{}, err
 	}
 	return l.changeLimits(ctx, providerName, lp, "reset", "", SourceOverride)
 }
@@ -89,9 +89,9 @@ func (l *Limiter) ResetLimits(ctx context.Context, providerName string) (LiveLim
 // announcement is compared with the limits this process has in force, and Redis is asked only for a
 // change. changed reports whether this call changed the live limits.
 func (l *Limiter) FollowAnnounced(ctx context.Context, providerName string, announced []Policy) (changed bool, err error) {
-	lp, ok := l.providers[providerName]
-	if !ok {
-		return false, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	lp, err := l.liveProvider(providerName)
+	if err != nil {
+		return false, err
 	}
 	cur := lp.cur.Load()
 	if cur.source == SourceOverride {
@@ -135,9 +135,9 @@ func (l *Limiter) FollowAnnounced(ctx context.Context, providerName string, anno
 // never over an operator's or the headers' live limits. The learned limit is put in force as live limits
 // with source learned (see lua/limits.lua). changed reports whether this call moved it.
 func (l *Limiter) Learn(ctx context.Context, providerName string, up bool, lo, hi Policy) (changed bool, err error) {
-	lp, ok := l.providers[providerName]
-	if !ok {
-		return false, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	lp, err := l.liveProvider(providerName)
+	if err != nil {
+		return false, err
 	}
 	if lo.Window != hi.Window || lo.Limit < 1 || lo.Limit > hi.Limit {
 		return false, invalidf("gate: learn %s: want a range of one window, got %s..%s", providerName, lo, hi)
@@ -161,8 +161,8 @@ func (l *Limiter) Learn(ctx context.Context, providerName string, up bool, lo, h
 
 // Limits reads a provider's limits in force from Redis.
 func (l *Limiter) Limits(ctx context.Context, providerName string) (LiveLimits, error) {
-	if _, ok := l.providers[providerName]; !ok {
-		return LiveLimits{}, &invalidError{msg: fmt.Sprintf("gate: unknown provider %q", providerName), cause: ErrUnknownProvider}
+	if _, err := l.liveProvider(providerName); err != nil {
+		return LiveLimits{}, err
 	}
 	if err := l.refresh(ctx, providerName, -1); err != nil {
 		return LiveLimits{}, err

@@ -97,21 +97,7 @@ func (l *Limiter) FollowAnnounced(ctx context.Context, providerName string, anno
 	if cur.source == SourceOverride {
 		return false, nil
 	}
-	configured := lp.spec.Policies
-	shortest := ShortestPolicy(configured).Window
-	target := append([]Policy(nil), configured...)
-	lowered := false
-	for _, a := range announced {
-		w := a.Window
-		if w == 0 {
-			w = shortest
-		}
-		for i := range target {
-			if target[i].Window == w && a.Limit >= 1 && a.Limit < target[i].Limit {
-				target[i].Limit, lowered = a.Limit, true
-			}
-		}
-	}
+	target, lowered := lowerTo(lp.spec.Policies, announced)
 	var st LiveLimits
 	switch {
 	case !lowered && cur.source != SourceHeaders:
@@ -348,17 +334,30 @@ func (l *Limiter) fit(spec Provider, source string, live []Policy) []Policy {
 		if !spec.FromHeaders {
 			return nil
 		}
-		out := append([]Policy(nil), spec.Policies...)
-		for _, p := range live {
-			for i := range out {
-				if out[i].Window == p.Window && p.Limit < out[i].Limit {
-					out[i].Limit = p.Limit
-				}
-			}
-		}
+		out, _ := lowerTo(spec.Policies, live)
 		return out
 	}
 	return live
+}
+
+// lowerTo is the configured policies with each limit cut to an announced one of its window (an
+// announcement without a window: the shortest configured window's), never raised; announced windows the
+// configuration lacks are left out. lowered reports whether any limit was cut.
+func lowerTo(configured, announced []Policy) (out []Policy, lowered bool) {
+	out = append([]Policy(nil), configured...)
+	shortest := ShortestPolicy(configured).Window
+	for _, a := range announced {
+		w := a.Window
+		if w == 0 {
+			w = shortest
+		}
+		for i := range out {
+			if out[i].Window == w && a.Limit >= 1 && a.Limit < out[i].Limit {
+				out[i].Limit, lowered = a.Limit, true
+			}
+		}
+	}
+	return out, lowered
 }
 
 // liveKeys are limits.lua's KEYS: the live limits and the pace (see newProvider for the order).

@@ -23,8 +23,9 @@ func (f *fleet) logged(i int, s string) int {
 
 // SIGHUP under load (issue 18): a worker at acme's 20/1s gets a file with acme at 10/1s and a new provider,
 // beta. After the reload the provider, then holding the fleet to 10/1s, sees nothing over it; beta's jobs
-// go through; an invalid file is refused with check-config's message while the worker keeps dispatching
-// on the configuration in force; and the ledger finds every job charged once or still queued.
+// go through; an invalid file is refused with check-config's message, and a valid one whose broker
+// cannot be connected is refused too, while the worker keeps dispatching on the configuration in force;
+// and the ledger finds every job charged once or still queued.
 func TestReloadUnderLoad(t *testing.T) {
 	acme20 := simProvider{name: "acme", limits: []sim.Window{{Limit: 20, Per: time.Second}}}
 	acme10 := simProvider{name: "acme", limits: []sim.Window{{Limit: 10, Per: time.Second}}}
@@ -57,6 +58,20 @@ func TestReloadUnderLoad(t *testing.T) {
 	f.waitFor("the refusal", 30*time.Second, func() bool { return f.logged(0, "configuration reload refused") == 1 })
 	refused := acme.Stats().Accepted
 	f.waitFor("acme still dispatching", 30*time.Second, func() bool { return acme.Stats().Accepted >= refused+10 })
+
+	// A valid file whose parts cannot be built (its broker URL's variable is not set) is refused too.
+	f.writeConfig(acme10, beta)
+	raw, _ := os.ReadFile(f.cfg)
+	unbuildable := strings.Replace(string(raw), "prefetch: 16}", "prefetch: 16, url_env: PAYGATE_TEST_UNSET_AMQP_URL}", 1)
+	if err := os.WriteFile(f.cfg, []byte(unbuildable), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("the failed reload", 30*time.Second, func() bool { return f.logged(0, "configuration reload failed") == 1 })
+	failed := acme.Stats().Accepted
+	f.waitFor("acme still dispatching after it", 30*time.Second, func() bool { return acme.Stats().Accepted >= failed+10 })
 	f.stopAll()
 
 	st := acme.Stats()

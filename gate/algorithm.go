@@ -75,6 +75,33 @@ type Provider struct {
 	// LearnMin and LearnMax bound a learned limit (Learn); zero: the provider's limits are not learned,
 	// and a learned limit left in Redis by an earlier configuration is not followed.
 	LearnMin, LearnMax Policy
+	// PerMerchant are the limits of every merchant inside the provider's (a connected account's own
+	// quota): a job with a merchant (ReserveFor) is admitted only at a slot where the provider's policies
+	// and its merchant's all have room, in one step. Jobs without a merchant count against the provider
+	// only. Merchants names the exceptions: a merchant listed there with policies of its own has those
+	// instead. Only the algorithms in MerchantAlgorithms count merchants' limits.
+	PerMerchant []Policy
+	Merchants   map[string]Merchant
+}
+
+// Merchant is a merchant named in Provider.Merchants.
+type Merchant struct {
+	// Policies replace Provider.PerMerchant for this merchant; none: PerMerchant applies.
+	Policies []Policy
+}
+
+// MerchantAlgorithms are the algorithms that count merchants' limits (Provider.PerMerchant): those that
+// keep a count per window, which a merchant can have beside its provider's. The buckets (TokenBucket,
+// GCRA, LeakyBucket) keep one level for all of a provider's policies, and do not.
+var MerchantAlgorithms = []Algorithm{SlidingLog, SlidingWindow, FixedWindow}
+
+// merchantKeys are the keys of a merchant's own state under algo: the tag is the provider's.
+func merchantKeys(tag, merchant string, algo Algorithm, policies []Policy, margin time.Duration, buckets int) []string {
+	mt := tag + "m:" + merchant + ":"
+	if algo == SlidingLog {
+		return []string{mt + "log"}
+	}
+	return keysFor(mt, algo, policies, margin, buckets, 0)[3:]
 }
 
 // MaxSlidingLogLimit is the largest limit SlidingLog takes: it keeps one sorted-set member per unit of cost

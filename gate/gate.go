@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -203,9 +204,17 @@ type provider struct {
 	algo     Algorithm
 	script   *redis.Script // family.lua with the algorithm's part
 	policies []Policy
-	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, limits, flight, pace, epoch
-	// ARGV[16..]: limit, window µs per policy (ARGV[7..15]: provider.appendArgv)
+	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, merchants, limits, flight, pace, epoch
+	// ARGV[18..]: limit, window µs per policy (ARGV[7..17]: provider.appendArgv)
 	policyArgs []any
+	// nalgo is how many keys come before the merchants' registry: a merchant's own keys go there
+	nalgo int
+	// tag is the provider's key prefix (<prefix>:{<name>}:); keyMargin the margin its keys are named by
+	tag       string
+	keyMargin time.Duration
+	// perMerchant are every merchant's limits (nil: none), named a merchant's own (Provider.Merchants)
+	perMerchant *merchantLimits
+	named       map[string]*merchantLimits
 	// version is the version of the live limits the policies follow (0: the configured ones, never
 	// overridden); source says which: "config" or "override". configMin is the configured smallest limit.
 	version   int64
@@ -227,11 +236,55 @@ type provider struct {
 	marginKeys     []string // <tag>margin, <tag>lateness
 }
 
+// merchantLimits are a merchant's policies (Provider.PerMerchant, or its own in Provider.Merchants).
+type merchantLimits struct {
+	policies []Policy
+	args     []any // limit, window µs per policy
+	minLimit int64
+}
+
+// merchantCall is a decision's merchant with limits of its own: its name, limits and keys.
+type merchantCall struct {
+	name   string
+	limits *merchantLimits
+	keys   []string
+}
+
+// merchantOf is the merchant part of a call for a job of merchant m: nil when m is "" or the provider has
+// no merchants' limits.
+func (p provider) merchantOf(m string) *merchantCall {
+	if m == "" {
+		return nil
+	}
+	ml := p.named[m]
+	if ml == nil {
+		ml = p.perMerchant
+	}
+	if ml == nil {
+		return nil
+	}
+	return &merchantCall{name: m, limits: ml, keys: merchantKeys(p.tag, m, p.algo, ml.policies, p.keyMargin, p.buckets)}
+}
+
+// keysFor are the call's KEYS: the provider's, with the merchant's own state before the registry.
+func (p provider) keysFor(mc *merchantCall) []string {
+	if mc == nil {
+		return p.keys
+	}
+	keys := make([]string, 0, len(p.keys)+len(mc.keys))
+	return append(append(append(keys, p.keys[:p.nalgo]...), mc.keys...), p.keys[p.nalgo:]...)
+}
+
 // appendArgv appends ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace,
-// tolerance, max in flight, lease, the live limits' version, then the policies.
-func (p provider) appendArgv(argv []any, m int64) []any {
+// tolerance, max in flight, lease, the live limits' version, the merchant and how many policies are its,
+// then the provider's policies and the merchant's.
+func (p provider) appendArgv(argv []any, m int64, mc *merchantCall) []any {
 	pace, tolerance := p.paceAt(m)
-	return append(append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version), p.policyArgs...)
+	argv = append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version)
+	if mc == nil {
+		return append(append(argv, "", 0), p.policyArgs...)
+	}
+	return append(append(append(argv, mc.name, len(mc.limits.policies)), p.policyArgs...), mc.limits.args...)
 }
 
 // paceAt is the pace and the burst tolerance in µs under margin m (0, 0: not paced).
@@ -313,25 +366,21 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 	case algo != SlidingWindow && buckets != 0:
 		return provider{}, fmt.Errorf("gate: provider %s: buckets is only for %s, not %s", name, SlidingWindow, algo)
 	}
+	if err := checkPolicies("provider "+name, algo, policies, margin); err != nil {
+		return provider{}, err
+	}
 	var longest time.Duration
-	windows := map[int64]bool{} // in µs, as the scripts see them
-	for i, pol := range policies {
-		if pol.Limit < 1 || pol.Window < time.Millisecond || pol.Window > MaxWindow {
-			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): limit must be >= 1 and window 1ms..%s", name, i, pol, MaxWindow)
-		}
-		if algo == SlidingLog && pol.Limit > MaxSlidingLogLimit {
-			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): %s keeps one entry per unit of cost and takes limits up to %d; use %s or %s for larger budgets",
-				name, i, pol, algo, MaxSlidingLogLimit, SlidingWindow, GCRA)
-		}
-		if algo != SlidingLog && windows[micros(pol.Window)] {
-			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): a window may appear once, to the µs (%s keeps its state per window)", name, i, pol, algo)
-		}
-		if algo == FixedWindow && pol.Window <= margin {
-			return provider{}, fmt.Errorf("gate: provider %s policy %d (%s): %s needs windows longer than the margin (%s)", name, i, pol, algo, margin)
-		}
-		windows[micros(pol.Window)] = true
+	for _, pol := range policies {
 		p.minLimit = min(p.minLimit, pol.Limit)
 		longest = max(longest, pol.Window)
+	}
+	if err := p.buildMerchants(name, spec, margin); err != nil {
+		return provider{}, err
+	}
+	for _, ml := range p.merchantLimits() {
+		for _, pol := range ml.policies {
+			longest = max(longest, pol.Window)
+		}
 	}
 	if opts.WarmUp {
 		shortest := policies[0].Window
@@ -376,13 +425,93 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 	p.inForce = &atomic.Int64{}
 	p.inForce.Store(p.floor)
 	tag := opts.Prefix + ":{" + name + "}:"
+	p.tag, p.keyMargin = tag, margin
 	p.keys = keysFor(tag, algo, policies, margin, buckets, version)
+	p.nalgo = len(p.keys)
 	p.version = version
-	shape := stateShape(tag, algo, policies, p.keys)                                    // the pace is not part of the counted state
-	p.keys = append(p.keys, tag+"limits", tag+"flight", tag+"pace", tag+"epoch:"+shape) // the live limits, the leases, the pace, the epoch always last
+	shape := stateShape(tag, algo, policies, p.keys) // the pace is not part of the counted state
+	// the merchants seen, the live limits, the leases, the pace, the epoch always last
+	p.keys = append(p.keys, tag+"merchants", tag+"limits", tag+"flight", tag+"pace", tag+"epoch:"+shape)
 	p.marginKeys = []string{tag + "margin", tag + "lateness"}
 	return p, nil
 }
+
+// checkPolicies checks one set of policies (a provider's, or a merchant's within it; who names it) for algo.
+func checkPolicies(who string, algo Algorithm, policies []Policy, margin time.Duration) error {
+	windows := map[int64]bool{} // in µs, as the scripts see them
+	for i, pol := range policies {
+		if pol.Limit < 1 || pol.Window < time.Millisecond || pol.Window > MaxWindow {
+			return fmt.Errorf("gate: %s policy %d (%s): limit must be >= 1 and window 1ms..%s", who, i, pol, MaxWindow)
+		}
+		if algo == SlidingLog && pol.Limit > MaxSlidingLogLimit {
+			return fmt.Errorf("gate: %s policy %d (%s): %s keeps one entry per unit of cost and takes limits up to %d; use %s or %s for larger budgets",
+				who, i, pol, algo, MaxSlidingLogLimit, SlidingWindow, GCRA)
+		}
+		if algo != SlidingLog && windows[micros(pol.Window)] {
+			return fmt.Errorf("gate: %s policy %d (%s): a window may appear once, to the µs (%s keeps its state per window)", who, i, pol, algo)
+		}
+		if algo == FixedWindow && pol.Window <= margin {
+			return fmt.Errorf("gate: %s policy %d (%s): %s needs windows longer than the margin (%s)", who, i, pol, algo, margin)
+		}
+		windows[micros(pol.Window)] = true
+	}
+	return nil
+}
+
+// buildMerchants checks and keeps the merchants' limits (Provider.PerMerchant, Provider.Merchants).
+func (p *provider) buildMerchants(name string, spec Provider, margin time.Duration) error {
+	build := func(who string, policies []Policy) (*merchantLimits, error) {
+		if !slices.Contains(MerchantAlgorithms, p.algo) {
+			return nil, fmt.Errorf("gate: provider %s: %s does not count merchants' limits (%v do)", name, p.algo, MerchantAlgorithms)
+		}
+		if err := checkPolicies(who, p.algo, policies, margin); err != nil {
+			return nil, err
+		}
+		ml := &merchantLimits{policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit}
+		for _, pol := range policies {
+			ml.args = append(ml.args, pol.Limit, micros(pol.Window))
+			ml.minLimit = min(ml.minLimit, pol.Limit)
+		}
+		return ml, nil
+	}
+	var err error
+	if len(spec.PerMerchant) > 0 {
+		if p.perMerchant, err = build("provider "+name+" per merchant", spec.PerMerchant); err != nil {
+			return err
+		}
+	}
+	for m, ms := range spec.Merchants {
+		if m == "" || len(m) > MaxMerchantLen {
+			return fmt.Errorf("gate: provider %s: merchant names must be 1..%d bytes, got %q", name, MaxMerchantLen, m)
+		}
+		if len(ms.Policies) == 0 {
+			continue
+		}
+		if p.named == nil {
+			p.named = map[string]*merchantLimits{}
+		}
+		if p.named[m], err = build("provider "+name+" merchant "+m, ms.Policies); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// merchantLimits lists every set of merchants' limits the provider has.
+func (p provider) merchantLimits() []*merchantLimits {
+	var out []*merchantLimits
+	if p.perMerchant != nil {
+		out = append(out, p.perMerchant)
+	}
+	for _, ml := range p.named {
+		out = append(out, ml)
+	}
+	return out
+}
+
+// MaxMerchantLen is the longest merchant name the gate takes, in bytes (the job contract's 128 characters
+// of UTF-8 fit).
+const MaxMerchantLen = 512
 
 // MaxPacedWindow is the longest window a provider is paced by: a longer one (an hourly or daily cap) is a
 // quota, counted exactly but never spread out over its window.
@@ -483,6 +612,9 @@ type Verdict struct {
 	Policy int
 	// Limit is that policy.
 	Limit Policy
+	// ByMerchant reports that Policy is one of the job's merchant's (ReserveFor): Policy then counts on
+	// from the provider's policies into the merchant's.
+	ByMerchant bool
 	// Now is the Redis server's clock at the decision; the slot is Now + Delay.
 	Now time.Time
 	// AdmittedAt, when the id was already in the log (a Duplicate, a Moved job, or a stale one denied),
@@ -521,6 +653,15 @@ func (l *Limiter) Allow(ctx context.Context, providerName, jobID string, cost in
 	return l.Reserve(ctx, providerName, jobID, cost, 0)
 }
 
+// ReserveFor is Reserve for a job of a merchant: with the provider's merchants' limits
+// (Provider.PerMerchant, Provider.Merchants), the slot is the earliest at which the provider's policies and
+// the merchant's all keep within their limits, decided in one step. A merchant "" (none), or a provider
+// without merchants' limits, is Reserve. A job id stands for one merchant: a redelivery must name the
+// same one.
+func (l *Limiter) ReserveFor(ctx context.Context, providerName, merchant, jobID string, cost int64, maxWait time.Duration) (Verdict, error) {
+	return l.decide(ctx, providerName, merchant, jobID, cost, maxWait, false)
+}
+
 // Reserve finds the earliest slot, first come first served, at which admitting the job keeps every policy
 // of the provider within its limit. If the slot is at most maxWait away, the job is recorded at the slot
 // and the verdict is Allowed with the Delay to sleep before dispatching. Otherwise nothing is recorded and
@@ -530,7 +671,7 @@ func (l *Limiter) Allow(ctx context.Context, providerName, jobID string, cost in
 // end of a pause, or now, whichever is latest (denied if that is beyond maxWait). A maxWait beyond
 // MaxHorizon is cut to it.
 func (l *Limiter) Reserve(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration) (Verdict, error) {
-	return l.decide(ctx, providerName, jobID, cost, maxWait, false)
+	return l.decide(ctx, providerName, "", jobID, cost, maxWait, false)
 }
 
 // Force admits a job now even when the provider's token bucket is empty: it takes what tokens there are
@@ -546,10 +687,10 @@ func (l *Limiter) Force(ctx context.Context, providerName, jobID string, cost in
 	if p.algo != TokenBucket {
 		return Verdict{}, invalidf("gate: force is only for %s providers; %s uses %s", TokenBucket, providerName, p.algo)
 	}
-	return l.decide(ctx, providerName, jobID, cost, 0, true)
+	return l.decide(ctx, providerName, "", jobID, cost, 0, true)
 }
 
-func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
+func (l *Limiter) decide(ctx context.Context, providerName, merchant, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
 	var v Verdict
 	reread := false
 	err := l.inForce(ctx, providerName, func(p provider) (err error) {
@@ -564,19 +705,24 @@ func (l *Limiter) decide(ctx context.Context, providerName, jobID string, cost i
 				return err
 			}
 		}
-		v, err = l.decideOn(ctx, p, providerName, jobID, cost, maxWait, force)
+		v, err = l.decideOn(ctx, p, providerName, merchant, jobID, cost, maxWait, force)
 		return err
 	})
 	return v, err
 }
 
-func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
+func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, merchant, jobID string, cost int64, maxWait time.Duration, force bool) (Verdict, error) {
 	if err := checkID(jobID); err != nil {
 		return Verdict{}, err
 	}
+	mc := p.merchantOf(merchant)
 	switch {
 	case cost < 1 || cost > p.configMin:
 		return Verdict{}, invalidf("gate: cost must be 1..%d for provider %s, got %d", p.configMin, providerName, cost)
+	case mc != nil && cost > mc.limits.minLimit:
+		return Verdict{}, invalidf("gate: cost must be 1..%d for merchant %q of provider %s, got %d", mc.limits.minLimit, merchant, providerName, cost)
+	case len(merchant) > MaxMerchantLen:
+		return Verdict{}, invalidf("gate: merchant must be at most %d bytes, got %d", MaxMerchantLen, len(merchant))
 	case maxWait < 0:
 		return Verdict{}, invalidf("gate: max wait must be >= 0, got %s", maxWait)
 	case cost > p.minLimit:
@@ -589,11 +735,15 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, jobID 
 		forced = 1
 	}
 	m := p.inForce.Load()
-	reply, err := l.runAt(ctx, p, m, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
+	reply, err := l.runAt(ctx, p, m, mc, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
-	if len(reply) != replyLen || reply[replyPolicy] < 0 || reply[replyPolicy] >= int64(len(p.policies)) || reply[replyResetAfter] < 0 {
+	policies := p.policies
+	if mc != nil {
+		policies = append(policies[:len(policies):len(policies)], mc.limits.policies...)
+	}
+	if len(reply) != replyLen || reply[replyPolicy] < 0 || reply[replyPolicy] >= int64(len(policies)) || reply[replyResetAfter] < 0 {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: malformed reply %v", providerName, jobID, reply)
 	}
 	v := Verdict{
@@ -602,7 +752,8 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, jobID 
 		Delay:      time.Duration(reply[replyDelay]) * time.Microsecond,
 		Remaining:  reply[replyRemaining],
 		Policy:     int(reply[replyPolicy]),
-		Limit:      p.policies[reply[replyPolicy]],
+		Limit:      policies[reply[replyPolicy]],
+		ByMerchant: int(reply[replyPolicy]) >= len(p.policies),
 		Now:        time.UnixMicro(reply[replyNow]),
 		Paused:     reply[replyPaused] == 1,
 		Moved:      reply[replyMoved] == 1,
@@ -893,6 +1044,11 @@ func isTimeout(err error) bool {
 // and otherwise keep its units spent until they refill or leak (never handing out more than the limit).
 // The units returned are the id's left in the record, whatever the algorithm could give back.
 func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost int64, slot time.Time) (int64, error) {
+	return l.ReleaseFor(ctx, providerName, "", jobID, cost, slot)
+}
+
+// ReleaseFor is Release for a job admitted by ReserveFor: its units go back to its merchant's limits too.
+func (l *Limiter) ReleaseFor(ctx context.Context, providerName, merchant, jobID string, cost int64, slot time.Time) (int64, error) {
 	if err := checkID(jobID); err != nil {
 		return 0, err
 	}
@@ -905,7 +1061,7 @@ func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost 
 		if cost < 1 || cost > p.configMin {
 			return invalidf("gate: cost must be 1..%d for provider %s, got %d", p.configMin, providerName, cost)
 		}
-		if n, err = l.run(ctx, p, "release", jobID, cost, at, 0, 0).Int64(); err != nil {
+		if n, err = l.run(ctx, p, p.merchantOf(merchant), "release", jobID, cost, at, 0, 0).Int64(); err != nil {
 			return fmt.Errorf("gate: release %s/%s: %w", providerName, jobID, err)
 		}
 		return nil
@@ -914,16 +1070,16 @@ func (l *Limiter) Release(ctx context.Context, providerName, jobID string, cost 
 }
 
 // run calls the provider's script under the margin in force: op, then ARGV[2..6] as given, then the
-// provider's own arguments.
-func (l *Limiter) run(ctx context.Context, p provider, op string, jobID string, args ...any) *redis.Cmd {
-	return l.runAt(ctx, p, p.inForce.Load(), op, jobID, args...)
+// provider's own arguments (and the merchant's, when mc is not nil).
+func (l *Limiter) run(ctx context.Context, p provider, mc *merchantCall, op string, jobID string, args ...any) *redis.Cmd {
+	return l.runAt(ctx, p, p.inForce.Load(), mc, op, jobID, args...)
 }
 
 // runAt calls the provider's script under margin m (µs).
-func (l *Limiter) runAt(ctx context.Context, p provider, m int64, op string, jobID string, args ...any) *redis.Cmd {
-	argv := make([]any, 0, 2+len(args)+6+len(p.policyArgs))
+func (l *Limiter) runAt(ctx context.Context, p provider, m int64, mc *merchantCall, op string, jobID string, args ...any) *redis.Cmd {
+	argv := make([]any, 0, 2+len(args)+11+len(p.policyArgs)+8)
 	argv = append(append(argv, op, jobID), args...)
-	return p.script.Run(ctx, l.rdb, p.keys, p.appendArgv(argv, m)...)
+	return p.script.Run(ctx, l.rdb, p.keysFor(mc), p.appendArgv(argv, m, mc)...)
 }
 
 // checkID refuses a job id the scripts would refuse: empty, longer than MaxIDLen, or with a NUL (the
@@ -1015,11 +1171,20 @@ func (l *Limiter) Status(ctx context.Context, providerName string) (Status, erro
 }
 
 func (l *Limiter) statusOf(ctx context.Context, p provider, providerName string) (Status, error) {
-	reply, err := l.run(ctx, p, "status", "", 0, 0, 0, 0).Int64Slice()
+	return l.statusFor(ctx, p, nil, providerName)
+}
+
+// statusFor is statusOf with a merchant's policies after the provider's (mc: nil for none).
+func (l *Limiter) statusFor(ctx context.Context, p provider, mc *merchantCall, providerName string) (Status, error) {
+	reply, err := l.run(ctx, p, mc, "status", "", 0, 0, 0, 0).Int64Slice()
 	if err != nil {
 		return Status{}, fmt.Errorf("gate: status %s: %w", providerName, err)
 	}
-	if len(reply) != statusHead+statusPerPolicy*len(p.policies) {
+	policies := p.policies
+	if mc != nil {
+		policies = append(policies[:len(policies):len(policies)], mc.limits.policies...)
+	}
+	if len(reply) != statusHead+statusPerPolicy*len(policies) {
 		return Status{}, fmt.Errorf("gate: status %s: malformed reply %v", providerName, reply)
 	}
 	s := Status{Provider: providerName, Now: time.UnixMicro(reply[statusNow]), Units: reply[statusUnits],
@@ -1027,7 +1192,7 @@ func (l *Limiter) statusOf(ctx context.Context, p provider, providerName string)
 	if reply[statusPausedUntil] > 0 {
 		s.PausedUntil = time.UnixMicro(reply[statusPausedUntil])
 	}
-	for i, pol := range p.policies {
+	for i, pol := range policies {
 		r := reply[statusHead+statusPerPolicy*i:]
 		s.Policies = append(s.Policies, PolicyStatus{
 			Policy:     pol,
@@ -1038,6 +1203,47 @@ func (l *Limiter) statusOf(ctx context.Context, p provider, providerName string)
 		})
 	}
 	return s, nil
+}
+
+// MerchantStatus is one merchant's use of a provider.
+type MerchantStatus struct {
+	Merchant string
+	// Newest is its newest admission's slot (Redis clock).
+	Newest time.Time
+	// Policies are its own limits' use (Provider.PerMerchant or its entry in Provider.Merchants); none
+	// when the provider has no merchants' limits.
+	Policies []PolicyStatus
+}
+
+// Merchants reads the merchants a provider admitted jobs of lately (within its dedup window): how many,
+// and the newest max of them with their use of their own limits, newest first.
+func (l *Limiter) Merchants(ctx context.Context, providerName string, max int) (seen int64, out []MerchantStatus, err error) {
+	err = l.inForce(ctx, providerName, func(p provider) error {
+		out = out[:0]
+		raw, err := l.run(ctx, p, nil, "merchants", "", 0, max, 0, 0).Slice()
+		if err != nil {
+			return fmt.Errorf("gate: merchants %s: %w", providerName, err)
+		}
+		if len(raw) < 2 || len(raw)%2 != 0 {
+			return fmt.Errorf("gate: merchants %s: malformed reply %v", providerName, raw)
+		}
+		seen, _ = raw[1].(int64)
+		for j := 2; j+1 < len(raw); j += 2 {
+			name, _ := raw[j].(string)
+			slot, _ := raw[j+1].(int64)
+			ms := MerchantStatus{Merchant: name, Newest: time.UnixMicro(slot)}
+			if mc := p.merchantOf(name); mc != nil {
+				st, err := l.statusFor(ctx, p, mc, providerName)
+				if err != nil {
+					return err
+				}
+				ms.Policies = st.Policies[len(p.policies):]
+			}
+			out = append(out, ms)
+		}
+		return nil
+	})
+	return seen, out, err
 }
 
 // Keys returns the Redis keys that hold a provider's state: the id record (sliding_log: the log), pause,

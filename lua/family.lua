@@ -12,7 +12,13 @@
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
 --                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
--- KEYS[4..#KEYS-4] -> the algorithm's state, all with the provider's hash tag (see its file)
+-- KEYS[4..#KEYS-5] -> the algorithm's state, all with the provider's hash tag (see its file): the
+--                                                provider's, then the merchant's (ARGV[16]) when it has
+--                                                limits of its own (ARGV[17] > 0; only for algorithms
+--                                                that set algo.merchants)
+-- KEYS[#KEYS-4] -> <prefix>:{<provider>}:merchants ZSET the merchants seen: member = merchant (ARGV[16]),
+--                                                score = its newest admission's slot (µs); kept until that
+--                                                slot plus dedup
 -- KEYS[#KEYS-3] -> <prefix>:{<provider>}:limits HASH the live limits (limits.lua): only its version is read
 -- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (ARGV[13]): member =
 --                                                id.."\0"..now_us of the admission that took it
@@ -24,7 +30,7 @@
 --                                                expires. Its name also gives the warm-up's announcement
 --                                                channel, <prefix>:pauses, and the provider's name
 --
--- ARGV[1] -> op: 'reserve', 'release' or 'status' (status changes nothing)
+-- ARGV[1] -> op: 'reserve', 'release', 'status' or 'merchants' (the last two change nothing)
 -- ARGV[2] -> job id: 1..600 bytes, no NUL ('' for status)
 -- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve; release and status ignore it)
 -- ARGV[4] -> reserve: max wait µs (the latest acceptable slot is now + max wait); release: the slot (µs) the
@@ -55,7 +61,11 @@
 --             policies below from: when the version in force differs, the call is refused before anything
 --             is read or written, with the error "PAYGATE_LIMITS <version in force>"; the caller reads the
 --             live limits (limits.lua 'show') and calls again
--- ARGV[16], ARGV[17] -> limit, window µs of policy 0; ARGV[18], ARGV[19] -> policy 1; and so on
+-- ARGV[16] -> the job's merchant ('' for none): an admission records it in KEYS[#KEYS-4]
+-- ARGV[17] -> M: how many of the policies below are the merchant's (the last M; 0: none); a job is
+--             admitted only at a slot where the provider's policies and the merchant's all have room. The
+--             merchant's are counted over its own state (keys above), with the same margin
+-- ARGV[18], ARGV[19] -> limit, window µs of policy 0; ARGV[20], ARGV[21] -> policy 1; and so on
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -83,6 +93,8 @@
 --                   (a duplicate let go)
 -- release returns the number of the id's units that left the record (0: not there, at another slot, or
 --   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
+-- merchants returns {now_us, seen, merchant, slot_us, ...}: seen = merchants in KEYS[#KEYS-4] admitted within
+--   dedup µs, then the newest ARGV[4] of them (name, newest slot), newest first
 -- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
 --   used_1, ...}: units = members of the id record; leases = unlapsed in-flight leases; per policy, as
 --   algo.status says
@@ -95,6 +107,7 @@
 -- writes are split so that no call passes Lua's unpack limit (8000 values).
 --
 -- The algorithm's part fills `algo`:
+--   algo.merchants            true: counts a merchant's policies (ARGV[17] > 0) over keys of its own
 --   algo.fcfs                 true: a new slot is never before the newest slot in the id record
 --   algo.per_unit             true: the id record holds one member per unit of cost (sliding_log)
 --   algo.load(trim)           read the state; trim: also drop (queue the deletion of) what no decision can
@@ -115,20 +128,24 @@
 -- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
 
 local ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
-local live, flight, pace_key, epoch = KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+local merchants, live, flight, pace_key, epoch = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
 local op, id = ARGV[1], ARGV[2]
 
 -- Every check before anything is read or written: a bad call is an error reply and changes nothing.
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
-if op ~= 'reserve' and op ~= 'release' and op ~= 'status' then return bad('op must be reserve, release or status', op) end
-if op ~= 'status' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
+if op ~= 'reserve' and op ~= 'release' and op ~= 'status' and op ~= 'merchants' then
+  return bad('op must be reserve, release, status or merchants', op)
+end
+if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
   return bad('job id must be 1..600 bytes without NUL; length', #id)
 end
+local merchant = ARGV[16] or ''
+if #merchant > 600 then return bad('merchant must be at most 600 bytes; length', #merchant) end
 for i = 3, #ARGV do
   local x = tonumber(ARGV[i])
-  if not x or x < 0 or x ~= math.floor(x) then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
+  if i ~= 16 and (not x or x < 0 or x ~= math.floor(x)) then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
 end
-if (#ARGV - 15) < 2 or (#ARGV - 15) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[15]; arguments', #ARGV) end
+if (#ARGV - 17) < 2 or (#ARGV - 17) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[17]; arguments', #ARGV) end
 
 local cost = tonumber(ARGV[3])
 local arg4 = tonumber(ARGV[4])
@@ -140,9 +157,10 @@ local buckets = tonumber(ARGV[9])
 local warmup = tonumber(ARGV[10])
 local pace, tolerance = tonumber(ARGV[11]), tonumber(ARGV[12])
 local max_flight, lease = tonumber(ARGV[13]), tonumber(ARGV[14])
+local M = tonumber(ARGV[17])
 
 local limits, windows = {}, {}
-for i = 16, #ARGV, 2 do
+for i = 18, #ARGV, 2 do
   limits[#limits + 1] = tonumber(ARGV[i])
   windows[#windows + 1] = tonumber(ARGV[i + 1])
   if limits[#limits] < 1 or windows[#windows] < 1 then return bad('limits and windows must be >= 1', ARGV[i] .. '/' .. ARGV[i + 1]) end
@@ -151,6 +169,8 @@ for i = 16, #ARGV, 2 do
   end
 end
 local P = #limits
+if M >= P or (M > 0 and merchant == '') then return bad('merchant policies must be fewer than all, and need a merchant', M) end
+local PP = P - M -- the provider's policies are 1..PP; the merchant's PP+1..P
 -- The live limits: decided under limits that are no longer in force, the call is refused (see ARGV[15]).
 local version = redis.call('HGET', live, 'version') or '0'
 if version ~= ARGV[15] then return redis.error_reply('PAYGATE_LIMITS ' .. version) end
@@ -375,6 +395,16 @@ local function mark(value, ttl_us)
 end
 
 local function run()
+  if M > 0 and not algo.merchants then return bad('merchant limits are not counted by this algorithm; merchant policies', M) end
+  if op == 'merchants' then
+    local since = '(' .. int(now - dedup)
+    local reply = {now, redis.call('ZCOUNT', merchants, since, '+inf')}
+    if arg4 > 0 then
+      local got = redis.call('ZREVRANGEBYSCORE', merchants, '+inf', since, 'WITHSCORES', 'LIMIT', 0, arg4)
+      for j = 1, #got, 2 do reply[#reply + 1], reply[#reply + 2] = got[j], tonumber(got[j + 1]) end
+    end
+    return reply
+  end
   if op == 'status' then
     algo.load(false)
     local pause_until = tonumber(redis.call('GET', pause) or 0)
@@ -520,6 +550,11 @@ local function run()
     write('SET', pace_key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
   end
   record(slot, members_of(cost))
+  if merchant ~= '' then
+    write('ZADD', merchants, int(slot), merchant)
+    write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - dedup))
+    expire(merchants, (math.max(slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
+  end
   take_lease(id .. '\0' .. int(now), slot)
   local leased = 0
   if max_flight > 0 then leased = 1 end

@@ -22,6 +22,10 @@
 -- counts[i] maps a window index, as the string HSET takes, to units. (String keys: a Lua table indexed
 -- by numbers in the tens of millions makes gopher-lua, the demo's embedded Redis, allocate an array that
 -- large.)
+-- A merchant's policies (family.lua's ARGV[17]) are policies like the provider's, each with a hash of its
+-- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:fw:<W>.
+algo.merchants = true
+
 local keys_of, counts = {}, {}
 for i = 1, P do keys_of[i] = KEYS[3 + i] end
 

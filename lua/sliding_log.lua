@@ -3,7 +3,11 @@
 --
 -- The id record KEYS[1] (<prefix>:{<provider>}:log) is the log: one member per unit of cost, score = its
 -- slot (algo.per_unit), kept for the longest window plus margin (the driver's dedup, set so by gate.go).
--- No other state.
+-- No other state, but for a merchant with limits of its own (family.lua's ARGV[17]):
+--
+-- KEYS[4] -> <prefix>:{<provider>}:m:<merchant>:log  ZSET  the merchant's log: the same members, at the same
+--            slots, as its jobs have in KEYS[1], trimmed alike; its policies count it as the provider's count
+--            KEYS[1]. Every member of it is also in KEYS[1], so first come, first served holds for it too.
 --
 -- Invariant: slots are handed out first come, first served (a new slot is never before the newest one), so
 -- every entry is at or before the slot being decided, and for every policy (L per W) and every t the log
@@ -18,6 +22,15 @@
 
 algo.fcfs = true
 algo.per_unit = true
+algo.merchants = true
+
+local mlog = nil
+if M > 0 then mlog = KEYS[4] end
+-- log_of is the log policy i counts.
+local log_of = {}
+for i = 1, P do
+  if i > PP then log_of[i] = mlog else log_of[i] = ids end
+end
 
 local W, longest = {}, 0
 for i = 1, P do
@@ -33,20 +46,20 @@ for i = 1, P do cache[i] = {} end
 local function count(i, at)
   local c = cache[i][at]
   if not c then
-    c = redis.call('ZCOUNT', ids, int(at - W[i] + 1), '+inf')
+    c = redis.call('ZCOUNT', log_of[i], int(at - W[i] + 1), '+inf')
     cache[i][at] = c
   end
-  if removed and removed.slot > at - W[i] then c = c - removed.n end
+  if removed and removed.slot > at - W[i] and (i <= PP or removed.in_mlog) then c = c - removed.n end
   if added and added.slot > at - W[i] then c = c + added.n end
   return c
 end
 
--- newest_but(k) is the score of the (k+1)-th newest member (0-based k), not counting a moved job's units
--- that are leaving: the rare path reads k + n + 1 members.
-local function newest_but(k)
-  if not removed then return tonumber(redis.call('ZREVRANGE', ids, k, k, 'WITHSCORES')[2]) end
+-- newest_but(log, k) is the score of the (k+1)-th newest member (0-based k) of log, not counting a moved
+-- job's units that are leaving: the rare path reads k + n + 1 members.
+local function newest_but(log, k)
+  if not removed then return tonumber(redis.call('ZREVRANGE', log, k, k, 'WITHSCORES')[2]) end
   local prefix = id .. '\0'
-  local got = redis.call('ZREVRANGE', ids, 0, k + removed.n, 'WITHSCORES')
+  local got = redis.call('ZREVRANGE', log, 0, k + removed.n, 'WITHSCORES')
   for j = 1, #got, 2 do
     local m, score = got[j], tonumber(got[j + 1])
     local leaving = score == removed.slot and (m == id or string.sub(m, 1, #prefix) == prefix)
@@ -64,7 +77,7 @@ function algo.earliest(from, n)
   local slot, blocker, blocker_at = from, nil, 0
   for i = 1, P do
     if count(i, slot) + n > limits[i] then
-      local free_at = newest_but(limits[i] - n) + W[i]
+      local free_at = newest_but(log_of[i], limits[i] - n) + W[i]
       if free_at > blocker_at then blocker, blocker_at = i, free_at end
       slot = math.max(slot, free_at)
     end
@@ -77,7 +90,8 @@ function algo.commit(slot, n) added = {slot = slot, n = n} end
 function algo.force() error('paygate: force is only for token_bucket') end
 
 function algo.give_back(slot, n)
-  removed = {slot = slot, n = n}
+  -- In the merchant's log only if it was admitted with its limits in force (they may be new since).
+  removed = {slot = slot, n = n, in_mlog = mlog ~= nil and tonumber(redis.call('ZSCORE', mlog, id) or nil) == slot}
   return true
 end
 
@@ -103,6 +117,10 @@ function algo.status()
   local out, tail = {}, newest()
   local reserved = redis.call('ZCOUNT', ids, int(now + 1), '+inf')
   for i = 1, P do
+    if i == PP + 1 then
+      reserved = redis.call('ZCOUNT', mlog, int(now + 1), '+inf')
+      tail = tonumber(redis.call('ZREVRANGE', mlog, 0, 0, 'WITHSCORES')[2] or nil) or now
+    end
     local counted = count(i, now)
     local reset = 0
     if counted > 0 then reset = math.max(0, tail + W[i] - now) end
@@ -111,6 +129,16 @@ function algo.status()
   return out
 end
 
-function algo.save() end
+-- save keeps the merchant's log in step with KEYS[1]: the units that left it (a release or a move) leave,
+-- the job's new ones come in, and what no policy counts any more is trimmed.
+function algo.save()
+  if not mlog then return end
+  if removed then write_members('ZREM', mlog, members_of(removed.n)) end
+  if added then
+    write_members('ZADD', mlog, members_of(added.n), int(added.slot))
+    write('ZREMRANGEBYSCORE', mlog, '-inf', '(' .. int(now - dedup))
+    expire(mlog, (math.max(added.slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
+  end
+end
 
 return run()

@@ -22,6 +22,10 @@
 --
 -- Release and moves take a job's units out of the bucket they went into while it still counts (exact).
 
+-- A merchant's policies (family.lua's ARGV[17]) are policies like the provider's, each with a hash of its
+-- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:sw:<g>.
+algo.merchants = true
+
 local g, keys_of, counts = {}, {}, {}
 for i = 1, P do
   g[i] = math.ceil((windows[i] + margin) / buckets)

@@ -35,10 +35,10 @@ type e2eResult struct {
 // openGate is no gate at all: every job goes at once (the "gate off" side of the ratio).
 type openGate struct{}
 
-func (openGate) Reserve(context.Context, string, string, int64, time.Duration) (gate.Verdict, error) {
+func (openGate) ReserveFor(context.Context, string, string, string, int64, time.Duration) (gate.Verdict, error) {
 	return gate.Verdict{Allowed: true, Now: time.Now()}, nil
 }
-func (openGate) Release(context.Context, string, string, int64, time.Time) (int64, error) {
+func (openGate) ReleaseFor(context.Context, string, string, string, int64, time.Time) (int64, error) {
 	return 0, nil
 }
 func (openGate) Pause(context.Context, string, time.Time) error { return nil }

@@ -117,14 +117,14 @@ func (c *callCounter) take(id string) int {
 	return int(n.(*atomic.Int64).Load())
 }
 
-func (c *callCounter) Reserve(ctx context.Context, provider, id string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+func (c *callCounter) ReserveFor(ctx context.Context, provider, merchant, id string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
 	c.count(id)
-	return c.Gate.Reserve(ctx, provider, id, cost, maxWait)
+	return c.Gate.ReserveFor(ctx, provider, merchant, id, cost, maxWait)
 }
 
-func (c *callCounter) Release(ctx context.Context, provider, id string, cost int64, slot time.Time) (int64, error) {
+func (c *callCounter) ReleaseFor(ctx context.Context, provider, merchant, id string, cost int64, slot time.Time) (int64, error) {
 	c.count(id)
-	return c.Gate.Release(ctx, provider, id, cost, slot)
+	return c.Gate.ReleaseFor(ctx, provider, merchant, id, cost, slot)
 }
 
 // benchDelivery is one delivery to the core: acked, or deferred (for `deferred`), never lost.

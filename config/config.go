@@ -143,6 +143,17 @@ type Provider struct {
 	// window): the fleet starts at Min, raises it while the limit binds and requests succeed, and cuts it
 	// on a 429. Limits are then left out: Min is the configured limit (what holds without Redis).
 	Adaptive *Adaptive `mapstructure:"adaptive"`
+	// PerMerchant are every merchant's own limits inside the provider's (a connected account's quota): a
+	// job with a merchant goes only when its merchant's limits and the provider's all allow it, decided
+	// in one step. Jobs without a merchant count against the provider only. Not for token_bucket, gcra
+	// or leaky_bucket.
+	PerMerchant *PerMerchant `mapstructure:"per_merchant"`
+	// Merchants names merchants with limits of their own, in place of PerMerchant's. Names keep their
+	// case (the job's merchant is matched exactly).
+	Merchants map[string]Merchant `mapstructure:"merchants"`
+	// MerchantHeader carries the job's merchant on its request (default X-Merchant), for providers that
+	// count per merchant; not sent for a job without one.
+	MerchantHeader string `mapstructure:"merchant_header"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
@@ -160,6 +171,16 @@ type Provider struct {
 	RetryAfterMax     time.Duration `mapstructure:"retry_after_max"`
 }
 
+// PerMerchant is providers.<name>.per_merchant.
+type PerMerchant struct {
+	Limits []Limit `mapstructure:"limits"`
+}
+
+// Merchant is one entry of providers.<name>.merchants.
+type Merchant struct {
+	Limits []Limit `mapstructure:"limits"`
+}
+
 // Provider defaults, applied by Load to every provider that leaves the key out. The algorithm's are the
 // gate's own.
 const (
@@ -171,6 +192,7 @@ const (
 	DefaultBurst             = 1                   // paced: one unit at a time
 	MaxInFlight              = 100_000             // providers.<name>.max_in_flight at most
 	DefaultIdempotencyHeader = "Idempotency-Key"
+	DefaultMerchantHeader    = "X-Merchant"
 	DefaultRetryAfter        = time.Second
 	DefaultRetryAfterMax     = time.Hour
 )
@@ -185,12 +207,28 @@ var Algorithms = func() []string {
 }()
 
 // Policies are the provider's limits as the gate takes them.
-func (pr Provider) Policies() []gate.Policy {
-	out := make([]gate.Policy, 0, len(pr.Limits))
-	for _, l := range pr.Limits {
+func (pr Provider) Policies() []gate.Policy { return policies(pr.Limits) }
+
+func policies(limits []Limit) []gate.Policy {
+	out := make([]gate.Policy, 0, len(limits))
+	for _, l := range limits {
 		out = append(out, gate.Policy{Limit: l.Requests, Window: l.Per})
 	}
 	return out
+}
+
+// MerchantPolicies are PerMerchant's limits (nil: none) and each named merchant's, as the gate takes them.
+func (pr Provider) MerchantPolicies() (perMerchant []gate.Policy, named map[string]gate.Merchant) {
+	if pr.PerMerchant != nil {
+		perMerchant = policies(pr.PerMerchant.Limits)
+	}
+	for m, ms := range pr.Merchants {
+		if named == nil {
+			named = map[string]gate.Merchant{}
+		}
+		named[m] = gate.Merchant{Policies: policies(ms.Limits)}
+	}
+	return perMerchant, named
 }
 
 // WithDefaults returns the provider with the documented defaults in the keys it leaves out. Load applies
@@ -217,6 +255,9 @@ func (pr Provider) WithDefaults() Provider {
 		pr.Burst = DefaultBurst
 	}
 	pr.Method = strings.ToUpper(pr.Method)
+	if pr.MerchantHeader == "" {
+		pr.MerchantHeader = DefaultMerchantHeader
+	}
 	if pr.IdempotencyHeader == "" {
 		pr.IdempotencyHeader = DefaultIdempotencyHeader
 	}

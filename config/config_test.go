@@ -298,3 +298,27 @@ func TestDefault(t *testing.T) {
 		t.Fatalf("Default()\n%+v\nLoad of a file with a provider only\n%+v", d, loaded)
 	}
 }
+
+// Merchants' limits: per_merchant for every merchant, named merchants with their own, names kept as the
+// file writes them (the loader folds keys' case; a job's merchant is matched exactly).
+func TestMerchantLimits(t *testing.T) {
+	c, err := config.Load(writeFile(t, `providers:
+  acme:
+    url: http://127.0.0.1:8081/pay
+    timeout: 5s
+    algorithm: sliding_window
+    limits: [{requests: 100, per: 1s}]
+    per_merchant: {limits: [{requests: 10, per: 1s}]}
+    merchants:
+      acct_1AbC: {limits: [{requests: 30, per: 1s}, {requests: 500, per: 1m}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := c.Providers["acme"]
+	per, named := pr.MerchantPolicies()
+	if pr.MerchantHeader != "X-Merchant" || len(per) != 1 || per[0].Limit != 10 || len(named) != 1 ||
+		len(named["acct_1AbC"].Policies) != 2 || named["acct_1AbC"].Policies[1].Window != time.Minute {
+		t.Fatalf("merchant_header %q, per_merchant %v, merchants %+v", pr.MerchantHeader, per, named)
+	}
+}

@@ -56,13 +56,16 @@ func Load(path string) (*Config, error) {
 	v.AllowEmptyEnv(true) // PAYGATE_REDIS_MASTER_NAME= clears a value the file sets
 	v.AutomaticEnv()
 	var p problems
+	var merchantNames map[string]map[string][]string // per provider: lowercased name -> the file's
 	if path != "" {
 		v.SetConfigFile(path)
 		v.SetConfigType("yaml")
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
 		}
-		p = append(p, upperCaseKeys(path)...)
+		upper, names := upperCaseKeys(path)
+		p = append(p, upper...)
+		merchantNames = names
 		// Provider keys the file leaves out can still come from the environment.
 		for name := range v.GetStringMap("providers") {
 			for _, key := range providerEnvKeys {
@@ -82,6 +85,8 @@ func Load(path string) (*Config, error) {
 	p = append(p, unknown...)
 	p = append(p, undecoded...)
 	for name, pr := range c.Providers {
+		pr, problems := withMerchantNames(name, pr, merchantNames[name])
+		p = append(p, problems...)
 		c.Providers[name] = pr.WithDefaults()
 	}
 	if !v.InConfig("gate.margin_max") && os.Getenv(EnvPrefix+"_GATE_MARGIN_MAX") == "" {
@@ -182,23 +187,30 @@ func (c *Config) UnknownEnv(environ []string, allowed ...string) []string {
 // upperCaseKeys names keys written with capitals: viper lowercases keys, so "Acme" would silently become
 // "acme" while jobs keep saying "Acme", and "Providers:" would pass for "providers:". Header names, which
 // are case-insensitive, may use capitals. viper keeps no trace of the case it folded (it has no
-// case-sensitive mode), so this one check reads the file's keys again.
-func upperCaseKeys(path string) []string {
+// case-sensitive mode), so this one check reads the file's keys again. Merchant names keep their case
+// (a job's merchant is matched exactly): merchants maps each provider's lowercased names to the file's.
+func upperCaseKeys(path string) (out []string, merchants map[string]map[string][]string) {
 	raw, err := os.ReadFile(path)
 	var doc map[string]any
 	if err != nil || yaml.Unmarshal(raw, &doc) != nil {
-		return nil // ReadInConfig just read and parsed it; nothing new to report
+		return nil, nil // ReadInConfig just read and parsed it; nothing new to report
 	}
-	var out []string
+	merchants = map[string]map[string][]string{}
 	var walk func(v any, path string)
 	walk = func(v any, path string) {
 		switch v := v.(type) {
 		case map[string]any:
 			for k, sub := range v {
 				kp, lower := join(path, k), strings.ToLower(k)
+				provider, isMerchants := strings.CutSuffix(strings.TrimPrefix(path, "providers."), ".merchants")
 				switch {
 				case strings.HasPrefix(path, "providers.") && strings.HasSuffix(path, ".headers"):
 					continue
+				case strings.HasPrefix(path, "providers.") && isMerchants && !strings.Contains(provider, "."):
+					if merchants[provider] == nil {
+						merchants[provider] = map[string][]string{}
+					}
+					merchants[provider][lower] = append(merchants[provider][lower], k)
 				case k == lower:
 				case path == "providers" && job.ValidProvider(lower):
 					out = append(out, fmt.Sprintf("%s: provider name must match %s, got %q", kp, job.ProviderPattern, k))
@@ -215,7 +227,30 @@ func upperCaseKeys(path string) []string {
 	}
 	walk(doc, "")
 	sort.Strings(out)
-	return out
+	return out, merchants
+}
+
+// withMerchantNames gives a provider's merchants back the names the file wrote (names: upperCaseKeys').
+func withMerchantNames(provider string, pr Provider, names map[string][]string) (Provider, []string) {
+	if len(pr.Merchants) == 0 {
+		return pr, nil
+	}
+	var problems []string
+	renamed := make(map[string]Merchant, len(pr.Merchants))
+	for lower, m := range pr.Merchants {
+		file := names[lower]
+		switch {
+		case len(file) > 1:
+			slices.Sort(file)
+			problems = append(problems, fmt.Sprintf("providers.%s.merchants: %s differ only in case; the loader folds keys' case, so name each merchant once",
+				provider, strings.Join(file, ", ")))
+		case len(file) == 1:
+			lower = file[0]
+		}
+		renamed[lower] = m
+	}
+	pr.Merchants = renamed
+	return pr, problems
 }
 
 func join(path, key string) string {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/job"
@@ -137,29 +140,8 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 			p.add(path+".adaptive", "max must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window), got %d", gate.MaxSlidingLogLimit, hi.Limit)
 		}
 	}
-	p.check(len(pr.Limits) > 0, path+".limits", "must list at least one {requests, per}")
-	seen := map[time.Duration]int{} // by the µs, as the gate counts windows
-	for i, l := range pr.Limits {
-		lp := fmt.Sprintf("%s.limits[%d]", path, i)
-		p.check(l.Requests >= 1, lp+".requests", "must be >= 1, got %d", l.Requests)
-		p.check(pr.Algorithm != string(gate.SlidingLog) || l.Requests <= gate.MaxSlidingLogLimit, lp+".requests",
-			"must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window or gcra for larger budgets), got %d", gate.MaxSlidingLogLimit, l.Requests)
-		switch {
-		case l.Per <= 0:
-			p.add(lp+".per", "must be > 0, got %s", l.Per)
-		case l.Per < time.Millisecond:
-			p.add(lp+".per", "must be >= 1ms, got %s", l.Per)
-		case l.Per > gate.MaxWindow:
-			p.add(lp+".per", "must be <= %s (366 days), got %s", gate.MaxWindow, l.Per)
-		case margin >= l.Per:
-			p.add(lp+".per", "must be longer than gate.margin (%s), got %s", margin, l.Per)
-		}
-		µs := (l.Per + time.Microsecond - 1).Truncate(time.Microsecond)
-		if j, dup := seen[µs]; dup && l.Per > 0 {
-			p.add(lp+".per", "repeats the window of limits[%d] (%s, to the µs); keep the tighter one", j, pr.Limits[j].Per)
-		}
-		seen[µs] = i
-	}
+	p.limits(path, pr.Algorithm, pr.Limits, margin)
+	p.merchants(path, pr, margin)
 	if valid := !slices.ContainsFunc(pr.Limits, func(l Limit) bool { return l.Requests < 1 || l.Per <= 0 }); valid && len(pr.Limits) > 0 {
 		shortest := gate.ShortestPolicy(pr.Policies()) // the limit the gate paces by
 		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Limit, path+".burst",
@@ -190,6 +172,68 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	}
 	p.check(pr.RetryAfterDefault > 0, path+".retry_after_default", "must be > 0, got %s", pr.RetryAfterDefault)
 	p.check(pr.RetryAfterMax >= pr.RetryAfterDefault, path+".retry_after_max", "must be >= retry_after_default (%s), got %s", pr.RetryAfterDefault, pr.RetryAfterMax)
+}
+
+// limits checks a list of limits: a provider's (path.limits), or a merchant's within it.
+func (p *problems) limits(path, algo string, limits []Limit, margin time.Duration) {
+	p.check(len(limits) > 0, path+".limits", "must list at least one {requests, per}")
+	seen := map[time.Duration]int{} // by the µs, as the gate counts windows
+	for i, l := range limits {
+		lp := fmt.Sprintf("%s.limits[%d]", path, i)
+		p.check(l.Requests >= 1, lp+".requests", "must be >= 1, got %d", l.Requests)
+		p.check(algo != string(gate.SlidingLog) || l.Requests <= gate.MaxSlidingLogLimit, lp+".requests",
+			"must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window or gcra for larger budgets), got %d", gate.MaxSlidingLogLimit, l.Requests)
+		switch {
+		case l.Per <= 0:
+			p.add(lp+".per", "must be > 0, got %s", l.Per)
+		case l.Per < time.Millisecond:
+			p.add(lp+".per", "must be >= 1ms, got %s", l.Per)
+		case l.Per > gate.MaxWindow:
+			p.add(lp+".per", "must be <= %s (366 days), got %s", gate.MaxWindow, l.Per)
+		case margin >= l.Per:
+			p.add(lp+".per", "must be longer than gate.margin (%s), got %s", margin, l.Per)
+		}
+		µs := (l.Per + time.Microsecond - 1).Truncate(time.Microsecond)
+		if j, dup := seen[µs]; dup && l.Per > 0 {
+			p.add(lp+".per", "repeats the window of limits[%d] (%s, to the µs); keep the tighter one", j, limits[j].Per)
+		}
+		seen[µs] = i
+	}
+}
+
+// merchants checks a provider's merchants' limits (per_merchant, merchants) and merchant_header.
+func (p *problems) merchants(path string, pr Provider, margin time.Duration) {
+	p.check(headerName.MatchString(pr.MerchantHeader), path+".merchant_header", "must be an HTTP header name, got %q", pr.MerchantHeader)
+	if pr.PerMerchant == nil && len(pr.Merchants) == 0 {
+		return
+	}
+	algos := make([]string, 0, len(gate.MerchantAlgorithms))
+	for _, a := range gate.MerchantAlgorithms {
+		algos = append(algos, string(a))
+	}
+	if !slices.Contains(algos, pr.Algorithm) {
+		what := ".per_merchant"
+		if pr.PerMerchant == nil {
+			what = ".merchants"
+		}
+		p.add(path+what, "algorithm %s keeps one level for all of a provider's limits and cannot count a merchant's beside them; use %s",
+			pr.Algorithm, strings.Join(algos, ", "))
+		return
+	}
+	if pr.PerMerchant != nil {
+		p.limits(path+".per_merchant", pr.Algorithm, pr.PerMerchant.Limits, margin)
+	}
+	names := slices.Sorted(maps.Keys(pr.Merchants))
+	for _, m := range names {
+		mp := path + ".merchants." + m
+		p.check(utf8.RuneCountInString(m) <= job.MaxMerchant && !strings.ContainsFunc(m, unicode.IsControl), mp,
+			"a merchant name is 1..%d characters without control characters (the job's merchant)", job.MaxMerchant)
+		if ms := pr.Merchants[m]; len(ms.Limits) > 0 {
+			p.limits(mp, pr.Algorithm, ms.Limits, margin)
+		} else {
+			p.check(pr.PerMerchant != nil, mp+".limits", "must list at least one {requests, per}: the provider has no per_merchant limits to apply")
+		}
+	}
 }
 
 type problems []string

@@ -112,10 +112,11 @@ func ErrorText(err error) string {
 
 // Gate is the budget, shared by every worker (gate.Limiter).
 type Gate interface {
-	Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
-	// Release gives an unused admission back and returns its units (0: not released: gone, moved, or a
+	// ReserveFor asks for a slot for a job of a merchant ("" for none) within max wait (gate.Limiter).
+	ReserveFor(ctx context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error)
+	// ReleaseFor gives an unused admission back and returns its units (0: not released: gone, moved, or a
 	// duplicate of it was let go and may be sending on it).
-	Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) (int64, error)
+	ReleaseFor(ctx context.Context, provider, merchant, jobID string, cost int64, slot time.Time) (int64, error)
 	Pause(ctx context.Context, provider string, until time.Time) error
 	// Sent records that an admitted job's request was accepted though its delivery was not settled.
 	Sent(ctx context.Context, provider, jobID string) error
@@ -290,12 +291,12 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
 	shadow := w.cfg.Shadow[provider]
 	if shadow {
-		v = w.shadowDecide(ctx, provider, gid, j.Cost, &lease)
+		v = w.shadowDecide(ctx, provider, j.Merchant, gid, j.Cost, &lease)
 	}
 	for try := 1; !shadow; try++ { // in shadow mode nothing waits: the job goes below
 		var err error
 		asked := time.Now()
-		v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+		v, err = w.gate.ReserveFor(ctx, provider, j.Merchant, gid, j.Cost, w.cfg.MaxInlineWait)
 		answered := time.Now()
 		// Denied, but the slot is only just beyond max wait: wait here and ask again rather than send the
 		// job round a delay tier. A deferral costs a broker round trip, and frees the handler to take the
@@ -311,7 +312,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			denials += time.Since(began)
 			s.waited += time.Since(began)
 			asked = time.Now()
-			v, err = w.gate.Reserve(ctx, provider, gid, j.Cost, w.cfg.MaxInlineWait)
+			v, err = w.gate.ReserveFor(ctx, provider, j.Merchant, gid, j.Cost, w.cfg.MaxInlineWait)
 			answered = time.Now()
 		}
 		if err == nil && v.Allowed {
@@ -361,7 +362,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// first delivery sent, a moved one for whichever of its requests the provider counts. Asking
 		// again moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
 		if !v.Duplicate && !v.Moved {
-			if _, err := w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()); err != nil {
+			if _, err := w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, v.Slot()); err != nil {
 				s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
 				return
 			}
@@ -393,7 +394,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	if wait > 0 {
 		if !v.Duplicate && !v.Moved {
-			_, _ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot()) // unused: give it back (best effort)
+			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, v.Slot()) // unused: give it back (best effort)
 		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
@@ -427,7 +428,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			w.pause(ctx, provider, thr.RetryAfter)
 		}
 		if v.Allowed && !v.Duplicate && !v.Moved {
-			_, _ = w.gate.Release(ctx, provider, gid, j.Cost, v.Slot())
+			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, v.Slot())
 		}
 		if v.Allowed && !v.Duplicate && !v.Moved && !shadow && !w.cfg.Adaptive[provider] {
 			// Sent on its slot, in time, and still too many for the provider: it counted the window with
@@ -469,8 +470,8 @@ func GateID(jobID string, attempt int) string {
 // would have deferred the job), but the job goes now whatever the answer, a gate error included. An
 // admission stays in the gate's state, where it counts against the jobs after it, as it would have. The
 // verdict returned is the admission (its lease, for the in-flight cap), or a zero one.
-func (w *Worker) shadowDecide(ctx context.Context, provider, gid string, cost int64, lease *string) gate.Verdict {
-	v, err := w.gate.Reserve(ctx, provider, gid, cost, w.cfg.MaxInlineWait)
+func (w *Worker) shadowDecide(ctx context.Context, provider, merchant, gid string, cost int64, lease *string) gate.Verdict {
+	v, err := w.gate.ReserveFor(ctx, provider, merchant, gid, cost, w.cfg.MaxInlineWait)
 	switch {
 	case err != nil && errors.Is(err, gate.ErrInvalid):
 		w.metrics.decisions.WithLabelValues(provider, "error").Inc()

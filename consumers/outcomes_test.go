@@ -45,6 +45,7 @@ func deny(retryAfter time.Duration) answer {
 }
 
 type reservation struct {
+	merchant string
 	id       string
 	cost     int64
 	maxWait  time.Duration
@@ -53,9 +54,10 @@ type reservation struct {
 }
 
 type release struct {
-	id   string
-	cost int64
-	slot time.Time
+	merchant string
+	id       string
+	cost     int64
+	slot     time.Time
 }
 
 // fakeGate answers Reserve from a script (the last answer repeats) and records every call.
@@ -74,13 +76,13 @@ type fakeGate struct {
 	landedAt  []time.Time
 }
 
-func (g *fakeGate) Reserve(_ context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+func (g *fakeGate) ReserveFor(_ context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
 	g.mu.Lock()
 	a := g.answers[min(len(g.reserved), len(g.answers)-1)]
 	g.clock = g.clock.Add(time.Second)
 	v := a.v
 	v.Now = g.clock
-	g.reserved = append(g.reserved, reservation{id: jobID, cost: cost, maxWait: maxWait, v: v})
+	g.reserved = append(g.reserved, reservation{merchant: merchant, id: jobID, cost: cost, maxWait: maxWait, v: v})
 	n := len(g.reserved) - 1
 	g.mu.Unlock()
 	time.Sleep(a.block)
@@ -96,10 +98,10 @@ func (g *fakeGate) Reserve(_ context.Context, provider, jobID string, cost int64
 	return v, nil
 }
 
-func (g *fakeGate) Release(_ context.Context, provider, jobID string, cost int64, slot time.Time) (int64, error) {
+func (g *fakeGate) ReleaseFor(_ context.Context, provider, merchant, jobID string, cost int64, slot time.Time) (int64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.released = append(g.released, release{id: jobID, cost: cost, slot: slot})
+	g.released = append(g.released, release{merchant: merchant, id: jobID, cost: cost, slot: slot})
 	return cost, nil
 }
 
@@ -292,6 +294,18 @@ func TestOutcomes(t *testing.T) {
 				}
 				if slept := p.at[0].Sub(g.reserved[0].answered); slept > 30*time.Second {
 					t.Errorf("sent %v after the void slot's answer: it slept on the slot instead of waking", slept)
+				}
+			}},
+		{name: "a merchant's job: its merchant is asked for, and given back with a void slot",
+			body: []byte(`{"id":"pay-1","provider":"acme","amount":1,"currency":"EUR","cost":2,"merchant":"acct_1AbC"}`),
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Minute}, during: func(w *consumers.Worker, v gate.Verdict) {
+				go func() { time.Sleep(20 * time.Millisecond); w.NoteLimits("acme", v.Now.Add(time.Millisecond)) }()
+			}}, allow(0)},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, release: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
+				if g.reserved[0].merchant != "acct_1AbC" || g.reserved[1].merchant != "acct_1AbC" || g.released[0].merchant != "acct_1AbC" {
+					t.Errorf("merchants asked for %q, %q, given back %q; want the job's", g.reserved[0].merchant, g.reserved[1].merchant, g.released[0].merchant)
 				}
 			}},
 		{name: "live limits changed just before its decision, announced while it slept: the slot stands, sent at it",

@@ -405,15 +405,15 @@ type countingGate struct {
 	st *gateStats
 }
 
-func (c countingGate) Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
-	v, err := c.g.Reserve(ctx, provider, jobID, cost, maxWait)
+func (c countingGate) ReserveFor(ctx context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+	v, err := c.g.ReserveFor(ctx, provider, merchant, jobID, cost, maxWait)
 	c.st.call(provider, v, err == nil && v.Allowed)
 	return v, err
 }
 
-func (c countingGate) Release(ctx context.Context, provider, jobID string, cost int64, slot time.Time) (int64, error) {
+func (c countingGate) ReleaseFor(ctx context.Context, provider, merchant, jobID string, cost int64, slot time.Time) (int64, error) {
 	c.st.call(provider, gate.Verdict{}, false)
-	return c.g.Release(ctx, provider, jobID, cost, slot)
+	return c.g.ReleaseFor(ctx, provider, merchant, jobID, cost, slot)
 }
 
 func (c countingGate) Sent(ctx context.Context, provider, jobID string) error {

@@ -66,7 +66,15 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 		{"provider", true, func(r json.RawMessage) error { return text(r, "provider", 1, 200, &j.Provider) }},
 		{"amount", true, func(r json.RawMessage) error { return integer(r, "amount", &j.Amount) }},
 		{"currency", true, func(r json.RawMessage) error { return text(r, "currency", 0, 100, &j.Currency) }},
-		{"merchant", false, func(r json.RawMessage) error { return text(r, "merchant", 0, MaxMerchant, &j.Merchant) }},
+		{"merchant", false, func(r json.RawMessage) error {
+			if err := text(r, "merchant", 0, MaxMerchant, &j.Merchant); err != nil {
+				return err
+			}
+			if strings.ContainsFunc(j.Merchant, unicode.IsControl) { // it travels in a header (merchant_header)
+				return invalid("merchant", "must not contain control characters")
+			}
+			return nil
+		}},
 		{"idempotency_key", false, func(r json.RawMessage) error { return text(r, "idempotency_key", 1, MaxKeyLen, &j.IdempotencyKey) }},
 		{"cost", false, func(r json.RawMessage) error { return integer(r, "cost", &j.Cost) }},
 		{"payload", false, func(r json.RawMessage) error {

@@ -123,14 +123,16 @@ type Client struct {
 	authHeader string
 	secret     string
 	idemHeader string
-	retryOn    []int
-	raDefault  time.Duration
-	raMax      time.Duration
-	http       *http.Client
-	log        *zap.Logger
-	now        func() time.Time
-	onLimits   func([]Announced)
-	onAnswer   func(status int, throttled bool)
+	// merchantHeader carries the job's merchant (providers.<name>.merchant_header)
+	merchantHeader string
+	retryOn        []int
+	raDefault      time.Duration
+	raMax          time.Duration
+	http           *http.Client
+	log            *zap.Logger
+	now            func() time.Time
+	onLimits       func([]Announced)
+	onAnswer       func(status int, throttled bool)
 }
 
 // Options tune a Client beyond its config.
@@ -183,23 +185,24 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		headers.Set(k, v)
 	}
 	cl := &Client{
-		spares:     spares,
-		name:       name,
-		url:        c.URL,
-		method:     c.Method,
-		timeout:    c.Timeout,
-		headers:    headers,
-		authHeader: c.AuthHeader,
-		secret:     secret,
-		idemHeader: c.IdempotencyHeader,
-		retryOn:    append([]int{http.StatusRequestTimeout}, c.RetryOn...),
-		raDefault:  c.RetryAfterDefault,
-		raMax:      c.RetryAfterMax,
-		http:       &http.Client{Transport: transport, CheckRedirect: noRedirects},
-		log:        o.Logger,
-		now:        o.Now,
-		onLimits:   o.OnLimits,
-		onAnswer:   o.OnAnswer,
+		spares:         spares,
+		name:           name,
+		url:            c.URL,
+		method:         c.Method,
+		timeout:        c.Timeout,
+		headers:        headers,
+		authHeader:     c.AuthHeader,
+		secret:         secret,
+		idemHeader:     c.IdempotencyHeader,
+		merchantHeader: c.MerchantHeader,
+		retryOn:        append([]int{http.StatusRequestTimeout}, c.RetryOn...),
+		raDefault:      c.RetryAfterDefault,
+		raMax:          c.RetryAfterMax,
+		http:           &http.Client{Transport: transport, CheckRedirect: noRedirects},
+		log:            o.Logger,
+		now:            o.Now,
+		onLimits:       o.OnLimits,
+		onAnswer:       o.OnAnswer,
 	}
 	cl.raMax = max(cl.raMax, cl.raDefault) // Validate refuses the opposite; a hand-built config may not
 	if cl.log == nil {
@@ -254,6 +257,9 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set(c.idemHeader, j.Key())
+	if j.Merchant != "" {
+		req.Header.Set(c.merchantHeader, j.Merchant)
+	}
 	if c.authHeader != "" {
 		req.Header.Set(c.authHeader, c.secret)
 	}

@@ -509,3 +509,32 @@ func TestAnswered(t *testing.T) {
 		}
 	}
 }
+
+// The job's merchant travels in merchant_header (X-Merchant by default), and only when it has one.
+func TestMerchantHeader(t *testing.T) {
+	for _, header := range []string{"", "X-Account"} {
+		rec := &recorder{}
+		srv := httptest.NewServer(rec)
+		c := providerConfig(srv.URL)
+		c.MerchantHeader = header
+		cl := newClient(t, c, providers.Options{})
+		without := payment("pay-2")
+		without.Merchant = ""
+		for _, j := range []*job.Job{payment("pay-1"), without} {
+			if err := cl.Dispatch(context.Background(), j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv.Close()
+		name := header
+		if name == "" {
+			name = config.DefaultMerchantHeader
+		}
+		if got := rec.requests[0].Header.Get(name); got != "m_42" {
+			t.Errorf("%s on a job of merchant m_42: %q", name, got)
+		}
+		if got, ok := rec.requests[1].Header[http.CanonicalHeaderKey(name)]; ok {
+			t.Errorf("%s on a job without a merchant: %q, want none", name, got)
+		}
+	}
+}

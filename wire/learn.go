@@ -90,8 +90,8 @@ type learningGate struct {
 	learners map[string]*learner
 }
 
-func (g learningGate) Reserve(ctx context.Context, provider, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
-	v, err := g.Gate.Reserve(ctx, provider, jobID, cost, maxWait)
+func (g learningGate) ReserveFor(ctx context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+	v, err := g.Gate.ReserveFor(ctx, provider, merchant, jobID, cost, maxWait)
 	if l := g.learners[provider]; l != nil && err == nil {
 		l.reserved(v)
 	}

@@ -92,8 +92,10 @@ func Redis(c *config.Config) (redis.UniversalClient, error) {
 func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter, error) {
 	ps := make(map[string]gate.Provider, len(c.Providers))
 	for name, p := range c.Providers {
+		perMerchant, merchants := p.MerchantPolicies()
 		ps[name] = gate.Provider{Policies: p.Policies(), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst,
-			MaxInFlight: p.MaxInFlight, Lease: p.Timeout + LeaseSlack, FromHeaders: p.LimitsFromHeaders}
+			MaxInFlight: p.MaxInFlight, Lease: p.Timeout + LeaseSlack, FromHeaders: p.LimitsFromHeaders,
+			PerMerchant: perMerchant, Merchants: merchants}
 		if p.Adaptive != nil {
 			ps[name] = withRange(ps[name], *p.Adaptive)
 		}

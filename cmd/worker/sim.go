@@ -22,6 +22,8 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	header := fs.String("idempotency-header", "Idempotency-Key", "header the idempotency key is read from")
 	seed := fs.Uint64("seed", 0, "seed for the injected faults (0: random)")
 	maxInFlight := fs.Int("max-in-flight", 0, "answer 429 to a request beyond N in flight at once (0: no cap)")
+	merchantLimits := fs.String("merchant-limits", "", "N/duration windows enforced per merchant on top of --limits, e.g. 10/1s (none: no per-merchant limits)")
+	merchantHeader := fs.String("merchant-header", "X-Merchant", "header a request's merchant is read from (providers.<name>.merchant_header)")
 	headers := fs.String("headers", "none", "announce the limits in every answer: ietf (RateLimit-Policy, RateLimit), x-ratelimit (X-RateLimit-*) or none")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -36,8 +38,15 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return usageError{err}
 	}
+	var perMerchant []sim.Window
+	if *merchantLimits != "" {
+		if perMerchant, err = sim.ParseLimits(*merchantLimits); err != nil {
+			return usageError{fmt.Errorf("provider-sim: --merchant-limits: %w", err)}
+		}
+	}
 	opts := sim.Options{Limits: windows, Latency: *latency, Jitter: *jitter, ErrorRate: *errorRate,
-		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed, MaxInFlight: *maxInFlight, Headers: *headers}
+		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed, MaxInFlight: *maxInFlight, Headers: *headers,
+		MerchantLimits: perMerchant, MerchantHeader: *merchantHeader}
 	if _, err := sim.New(opts); err != nil {
 		return usageError{err}
 	}

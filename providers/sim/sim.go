@@ -61,6 +61,12 @@ type Options struct {
 	MaxInFlight int
 	// IdempotencyHeader names the header keys are read from; default Idempotency-Key.
 	IdempotencyHeader string
+	// MerchantLimits are enforced per merchant, on top of Limits: a request whose merchant (the
+	// MerchantHeader header; none: not counted per merchant) already had Limit accepted in the last Per
+	// is answered 429 with Retry-After, is not accepted, and counts in Stats.MerchantViolations.
+	MerchantLimits []Window
+	// MerchantHeader names the header a request's merchant is read from; default X-Merchant.
+	MerchantHeader string
 	// Headers announces the limits in every payment answer: HeadersIETF (the httpapi draft's
 	// RateLimit-Policy and RateLimit), HeadersXRateLimit (X-RateLimit-Limit, -Remaining and -Reset, for the
 	// shortest window), or "" / HeadersNone: nothing.
@@ -118,6 +124,9 @@ type Provider struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	accepted []time.Time // accepted requests, in order, trimmed to the longest window
+	// merchants' accepted requests, in order, each trimmed to the longest merchant window when checked
+	merchants       map[string][]time.Time
+	merchantLongest time.Duration
 	keys     map[string][]byte
 	stats    Stats
 	// Runtime faults (POST /faults) and the quiet period the provider's 429s asked for.
@@ -151,6 +160,11 @@ type Stats struct {
 	FirstAccepted *time.Time    `json:"first_accepted"`
 	LastAccepted  *time.Time    `json:"last_accepted"`
 	Windows       []WindowStats `json:"windows"`
+	// MerchantViolations counts requests refused (429) for their merchant's limits (Options.
+	// MerchantLimits); MerchantWindows' MaxInWindow is the most any one merchant had accepted in a window.
+	MerchantViolations int64         `json:"merchant_violations"`
+	MerchantWindows    []WindowStats `json:"merchant_windows,omitempty"`
+	Merchants          int           `json:"merchants"` // merchants seen with an accepted request
 }
 
 // WindowStats is one window's bookkeeping.
@@ -184,6 +198,9 @@ func New(o Options) (*Provider, error) {
 	if o.IdempotencyHeader == "" {
 		o.IdempotencyHeader = "Idempotency-Key"
 	}
+	if o.MerchantHeader == "" {
+		o.MerchantHeader = "X-Merchant"
+	}
 	if o.EarlyGrace <= 0 {
 		o.EarlyGrace = 250 * time.Millisecond
 	}
@@ -194,10 +211,17 @@ func New(o Options) (*Provider, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string][]byte{}}
+	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string][]byte{}, merchants: map[string][]time.Time{}}
 	for _, w := range o.Limits {
 		p.longest = max(p.longest, w.Per)
 		p.stats.Windows = append(p.stats.Windows, WindowStats{Limit: w.Limit, Per: w.Per.String()})
+	}
+	for _, w := range o.MerchantLimits {
+		if w.Limit < 1 || w.Per <= 0 {
+			return nil, fmt.Errorf("sim: merchant limit %s: want N >= 1 per a positive duration", w)
+		}
+		p.merchantLongest = max(p.merchantLongest, w.Per)
+		p.stats.MerchantWindows = append(p.stats.MerchantWindows, WindowStats{Limit: w.Limit, Per: w.Per.String()})
 	}
 	return p, nil
 }
@@ -220,6 +244,8 @@ func (p *Provider) Stats() Stats {
 	defer p.mu.Unlock()
 	s := p.stats
 	s.Windows = append([]WindowStats(nil), p.stats.Windows...)
+	s.MerchantWindows = append([]WindowStats(nil), p.stats.MerchantWindows...)
+	s.Merchants = len(p.merchants)
 	return s
 }
 
@@ -237,7 +263,7 @@ const (
 
 // admit decides one request at the provider's clock. It holds the lock for the whole decision, so the
 // bookkeeping is exact under any concurrency.
-func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duration) {
+func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.o.Now()
@@ -278,6 +304,24 @@ func (p *Provider) admit(key string, body []byte) (verdict, []byte, time.Duratio
 		p.stats.Violations++
 		p.quiet(now, retry)
 		return violation, nil, retry
+	}
+	var mine []time.Time // the merchant's accepted requests in its longest window
+	if merchant != "" && len(p.o.MerchantLimits) > 0 {
+		mine = inWindow(p.merchants[merchant], now, p.merchantLongest)
+		for _, w := range p.o.MerchantLimits {
+			if in := inWindow(mine, now, w.Per); len(in)+1 > w.Limit {
+				retry = max(retry, in[len(in)-w.Limit].Add(w.Per).Sub(now))
+			}
+		}
+		if retry > 0 {
+			p.stats.MerchantViolations++ // the merchant's own 429: others are not asked to pause
+			return violation, nil, retry
+		}
+		mine = append(mine, now)
+		p.merchants[merchant] = append(p.merchants[merchant][:0:0], mine...)
+		for i, w := range p.o.MerchantLimits {
+			p.stats.MerchantWindows[i].MaxInWindow = max(p.stats.MerchantWindows[i].MaxInWindow, len(inWindow(mine, now, w.Per)))
+		}
 	}
 	p.accepted = append(p.accepted, now)
 	for i, w := range p.o.Limits {
@@ -371,9 +415,14 @@ func (p *Provider) SetFaults(f Faults) error {
 
 // inWindow returns the accepted requests in (now-per, now], oldest first.
 func (p *Provider) inWindow(now time.Time, per time.Duration) []time.Time {
+	return inWindow(p.accepted, now, per)
+}
+
+// inWindow returns the times in (now-per, now] of an ordered list.
+func inWindow(times []time.Time, now time.Time, per time.Duration) []time.Time {
 	from := now.Add(-per)
-	i := sort.Search(len(p.accepted), func(i int) bool { return p.accepted[i].After(from) })
-	return p.accepted[i:]
+	i := sort.Search(len(times), func(i int) bool { return times[i].After(from) })
+	return times[i:]
 }
 
 func (p *Provider) trim(now time.Time) {
@@ -493,7 +542,7 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, fmt.Sprintf(`{"error":"missing %s header"}`, p.o.IdempotencyHeader))
 		return
 	}
-	v, resp, retry := p.admit(key, body)
+	v, resp, retry := p.admit(key, r.Header.Get(p.o.MerchantHeader), body)
 	p.announce(w.Header())
 	switch v {
 	case down:

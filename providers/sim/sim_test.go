@@ -440,3 +440,48 @@ func TestMaxInFlightSequential(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// Merchants' limits: each merchant (the X-Merchant header, or the one named) has its own window on top of
+// the provider's; a request without a merchant counts against the provider only; a merchant's 429 is
+// counted apart from the provider's violations.
+func TestMerchantLimits(t *testing.T) {
+	for _, header := range []string{"", "X-Account"} {
+		p, c := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 5, Per: time.Second}},
+			MerchantLimits: []sim.Window{{Limit: 2, Per: time.Second}}, MerchantHeader: header})
+		name := header
+		if name == "" {
+			name = "X-Merchant"
+		}
+		send := func(key, merchant string) *httptest.ResponseRecorder {
+			r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"id":"x"}`))
+			r.Header.Set("Idempotency-Key", key)
+			if merchant != "" {
+				r.Header.Set(name, merchant)
+			}
+			w := httptest.NewRecorder()
+			p.ServeHTTP(w, r)
+			return w
+		}
+		mustCode(t, send("a1", "a"), 200)
+		mustCode(t, send("a2", "a"), 200)
+		w := send("a3", "a")
+		mustCode(t, w, 429)
+		if got := w.Header().Get("Retry-After"); got != "1" {
+			t.Fatalf("Retry-After %q for a merchant over its window, want 1", got)
+		}
+		mustCode(t, send("b1", "b"), 200)
+		mustCode(t, send("n1", ""), 200)
+		mustCode(t, send("n2", ""), 200)
+		mustCode(t, send("b2", "b"), 429) // the provider's 5/1s is full: a provider violation
+		c.Advance(time.Second)
+		mustCode(t, send("a3", "a"), 200)
+		s := p.Stats()
+		if s.Accepted != 6 || s.Violations != 1 || s.MerchantViolations != 1 || s.Merchants != 2 ||
+			len(s.MerchantWindows) != 1 || s.MerchantWindows[0].MaxInWindow != 2 {
+			t.Fatalf("header %q: stats %+v", name, s)
+		}
+	}
+	if _, err := sim.New(sim.Options{Limits: []sim.Window{{Limit: 1, Per: time.Second}}, MerchantLimits: []sim.Window{{Limit: 0, Per: time.Second}}}); err == nil {
+		t.Fatal("a merchant limit of 0 was accepted")
+	}
+}

@@ -127,8 +127,8 @@ type Provider struct {
 	// merchants' accepted requests, in order, each trimmed to the longest merchant window when checked
 	merchants       map[string][]time.Time
 	merchantLongest time.Duration
-	keys     map[string][]byte
-	stats    Stats
+	keys            map[string][]byte
+	stats           Stats
 	// Runtime faults (POST /faults) and the quiet period the provider's 429s asked for.
 	throttleUntil, downUntil time.Time
 	retryAfter               time.Duration

@@ -22,6 +22,7 @@ func enqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cost := fs.Int64("cost", 1, "cost of each synthetic job")
 	rate := fs.Float64("rate", 0, "jobs per second (0: as fast as confirms allow)")
 	prefix := fs.String("id-prefix", "", "synthetic job ids are <prefix>-<n> (default: a random prefix)")
+	merchants := fs.String("merchant", "", "merchant of the synthetic jobs; a comma list takes turns (default: m_0 ... m_49 in turn)")
 	file := fs.String("file", "", "JSON-lines file of jobs to publish instead ('-': stdin)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -80,9 +81,17 @@ func enqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *prefix == "" {
 			*prefix = "job-" + randomID()[4:14]
 		}
+		var names []string
+		if *merchants != "" {
+			names = strings.Split(*merchants, ",")
+		}
 		for i := range *count {
-			body := fmt.Appendf(nil, `{"id":%q,"provider":%q,"amount":%d,"currency":"EUR","merchant":"m_%d","cost":%d}`,
-				fmt.Sprintf("%s-%d", *prefix, i), *provider, 100+i%9900, i%50, *cost)
+			merchant := fmt.Sprintf("m_%d", i%50)
+			if names != nil {
+				merchant = names[i%len(names)]
+			}
+			body := fmt.Appendf(nil, `{"id":%q,"provider":%q,"amount":%d,"currency":"EUR","merchant":%q,"cost":%d}`,
+				fmt.Sprintf("%s-%d", *prefix, i), *provider, 100+i%9900, merchant, *cost)
 			j, err := job.Decode(body, maxCost)
 			if err != nil {
 				return usageError{fmt.Errorf("enqueue: %w", err)}

@@ -23,6 +23,7 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	seed := fs.Uint64("seed", 0, "seed for the injected faults (0: random)")
 	maxInFlight := fs.Int("max-in-flight", 0, "answer 429 to a request beyond N in flight at once (0: no cap)")
 	merchantLimits := fs.String("merchant-limits", "", "N/duration windows enforced per merchant on top of --limits, e.g. 10/1s (none: no per-merchant limits)")
+	calendar := fs.Bool("calendar", false, "count windows as calendar windows of Unix time (a per-minute counter that resets at :00), not sliding ones")
 	merchantHeader := fs.String("merchant-header", "X-Merchant", "header a request's merchant is read from (providers.<name>.merchant_header)")
 	headers := fs.String("headers", "none", "announce the limits in every answer: ietf (RateLimit-Policy, RateLimit), x-ratelimit (X-RateLimit-*) or none")
 	if err := parse(fs, args); err != nil {
@@ -46,7 +47,7 @@ func providerSim(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	opts := sim.Options{Limits: windows, Latency: *latency, Jitter: *jitter, ErrorRate: *errorRate,
 		TimeoutRate: *timeoutRate, IdempotencyHeader: *header, Seed: *seed, MaxInFlight: *maxInFlight, Headers: *headers,
-		MerchantLimits: perMerchant, MerchantHeader: *merchantHeader}
+		MerchantLimits: perMerchant, MerchantHeader: *merchantHeader, Calendar: *calendar}
 	if _, err := sim.New(opts); err != nil {
 		return usageError{err}
 	}

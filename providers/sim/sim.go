@@ -67,6 +67,10 @@ type Options struct {
 	MerchantLimits []Window
 	// MerchantHeader names the header a request's merchant is read from; default X-Merchant.
 	MerchantHeader string
+	// Calendar counts every window (Limits and MerchantLimits) as calendar windows, [k*Per, (k+1)*Per) of
+	// Unix time, as providers with per-minute or daily counters that reset do; otherwise windows slide:
+	// any interval of length Per.
+	Calendar bool
 	// Headers announces the limits in every payment answer: HeadersIETF (the httpapi draft's
 	// RateLimit-Policy and RateLimit), HeadersXRateLimit (X-RateLimit-Limit, -Remaining and -Reset, for the
 	// shortest window), or "" / HeadersNone: nothing.
@@ -293,12 +297,7 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 	p.trim(now)
 	var retry time.Duration
 	for _, w := range p.o.Limits {
-		in := p.inWindow(now, w.Per)
-		if len(in)+1 > w.Limit {
-			// The oldest of the requests that must leave for one more to fit.
-			leaves := in[len(in)-w.Limit].Add(w.Per)
-			retry = max(retry, leaves.Sub(now))
-		}
+		retry = max(retry, p.wait(p.accepted, now, w))
 	}
 	if retry > 0 {
 		p.stats.Violations++
@@ -309,9 +308,7 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 	if merchant != "" && len(p.o.MerchantLimits) > 0 {
 		mine = inWindow(p.merchants[merchant], now, p.merchantLongest)
 		for _, w := range p.o.MerchantLimits {
-			if in := inWindow(mine, now, w.Per); len(in)+1 > w.Limit {
-				retry = max(retry, in[len(in)-w.Limit].Add(w.Per).Sub(now))
-			}
+			retry = max(retry, p.wait(mine, now, w))
 		}
 		if retry > 0 {
 			p.stats.MerchantViolations++ // the merchant's own 429: others are not asked to pause
@@ -320,12 +317,12 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 		mine = append(mine, now)
 		p.merchants[merchant] = append(p.merchants[merchant][:0:0], mine...)
 		for i, w := range p.o.MerchantLimits {
-			p.stats.MerchantWindows[i].MaxInWindow = max(p.stats.MerchantWindows[i].MaxInWindow, len(inWindow(mine, now, w.Per)))
+			p.stats.MerchantWindows[i].MaxInWindow = max(p.stats.MerchantWindows[i].MaxInWindow, len(p.counted(mine, now, w.Per)))
 		}
 	}
 	p.accepted = append(p.accepted, now)
 	for i, w := range p.o.Limits {
-		p.stats.Windows[i].MaxInWindow = max(p.stats.Windows[i].MaxInWindow, len(p.inWindow(now, w.Per)))
+		p.stats.Windows[i].MaxInWindow = max(p.stats.Windows[i].MaxInWindow, len(p.counted(p.accepted, now, w.Per)))
 	}
 	p.stats.Accepted++
 	if p.stats.FirstAccepted == nil {
@@ -413,9 +410,31 @@ func (p *Provider) SetFaults(f Faults) error {
 	return nil
 }
 
-// inWindow returns the accepted requests in (now-per, now], oldest first.
-func (p *Provider) inWindow(now time.Time, per time.Duration) []time.Time {
-	return inWindow(p.accepted, now, per)
+// counted returns the times (ordered) window per counts at now: those in (now-per, now], or with Calendar
+// those since the window's start.
+func (p *Provider) counted(times []time.Time, now time.Time, per time.Duration) []time.Time {
+	if p.o.Calendar {
+		return inWindow(times, now, now.Sub(calendarStart(now, per))+time.Nanosecond)
+	}
+	return inWindow(times, now, per)
+}
+
+// calendarStart is the start of the calendar window of length per that holds now (Unix time).
+func calendarStart(now time.Time, per time.Duration) time.Time {
+	ns := now.UnixNano()
+	return time.Unix(0, ns-ns%int64(per))
+}
+
+// wait is how long until one more request fits window w, given the accepted times (0: it fits now).
+func (p *Provider) wait(times []time.Time, now time.Time, w Window) time.Duration {
+	in := p.counted(times, now, w.Per)
+	if len(in)+1 <= w.Limit {
+		return 0
+	}
+	if p.o.Calendar {
+		return calendarStart(now, w.Per).Add(w.Per).Sub(now)
+	}
+	return in[len(in)-w.Limit].Add(w.Per).Sub(now) // the oldest of those that must leave for one more to fit
 }
 
 // inWindow returns the times in (now-per, now] of an ordered list.
@@ -592,7 +611,7 @@ func (p *Provider) announce(h http.Header) {
 	now := p.o.Now()
 	secs := func(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }
 	remaining := func(w Window) (int, int64) {
-		in := p.inWindow(now, w.Per)
+		in := p.counted(p.accepted, now, w.Per)
 		reset := int64(0)
 		if len(in) > 0 {
 			reset = secs(in[0].Add(w.Per).Sub(now))

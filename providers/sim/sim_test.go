@@ -485,3 +485,24 @@ func TestMerchantLimits(t *testing.T) {
 		t.Fatal("a merchant limit of 0 was accepted")
 	}
 }
+
+// Calendar windows: a window's count resets at its start (Unix time), so a limit's worth on each side of a
+// boundary is accepted, and a refusal asks to come back at the next start.
+func TestCalendarWindows(t *testing.T) {
+	p, c := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 2, Per: time.Second}}, Calendar: true})
+	c.Advance(time.Second - c.Now().Sub(c.Now().Truncate(time.Second)) - 100*time.Millisecond) // 100ms before a second starts
+	mustCode(t, post(t, p, "a"), 200)
+	mustCode(t, post(t, p, "b"), 200)
+	w := post(t, p, "c")
+	mustCode(t, w, 429)
+	if got := w.Header().Get("Retry-After"); got != "1" {
+		t.Fatalf("Retry-After %q, want 1 (the next window, 100ms away, rounded up)", got)
+	}
+	c.Advance(100 * time.Millisecond) // the next calendar second: a sliding window would still hold a and b
+	mustCode(t, post(t, p, "c"), 200)
+	mustCode(t, post(t, p, "d"), 200)
+	mustCode(t, post(t, p, "e"), 429)
+	if s := p.Stats(); s.Accepted != 4 || s.Violations != 2 || s.Windows[0].MaxInWindow != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -256,7 +256,13 @@ func (f *fleet) dumpLogs() {
 
 func (f *fleet) enqueue(provider string, n int, prefix string) {
 	f.t.Helper()
-	cmd := exec.Command(binary, "enqueue", "--config", f.cfg, "--provider", provider, "--count", fmt.Sprint(n), "--id-prefix", prefix)
+	f.enqueueFor(provider, n, prefix, "")
+}
+
+// enqueueFor enqueues n jobs of these merchants in turn (a comma list; "": enqueue's default).
+func (f *fleet) enqueueFor(provider string, n int, prefix, merchants string) {
+	f.t.Helper()
+	cmd := exec.Command(binary, "enqueue", "--config", f.cfg, "--provider", provider, "--count", fmt.Sprint(n), "--id-prefix", prefix, "--merchant", merchants)
 	cmd.Env = f.env()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		f.t.Fatalf("enqueue: %v %s", err, out)

@@ -82,6 +82,9 @@ type Provider struct {
 	// instead. Only the algorithms in MerchantAlgorithms count merchants' limits.
 	PerMerchant []Policy
 	Merchants   map[string]Merchant
+	// TrackMerchants records the merchants of the jobs admitted (Limiter.Merchants) even without limits of
+	// their own; merchants' limits record them anyway.
+	TrackMerchants bool
 }
 
 // Merchant is a merchant named in Provider.Merchants.

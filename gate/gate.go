@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -215,6 +217,8 @@ type provider struct {
 	// perMerchant are every merchant's limits (nil: none), named a merchant's own (Provider.Merchants)
 	perMerchant *merchantLimits
 	named       map[string]*merchantLimits
+	// track records the merchants seen in the registry (Provider.TrackMerchants, or merchants' limits)
+	track bool
 	// version is the version of the live limits the policies follow (0: the configured ones, never
 	// overridden); source says which: "config" or "override". configMin is the configured smallest limit.
 	version   int64
@@ -243,7 +247,10 @@ type merchantLimits struct {
 	minLimit int64
 }
 
-// merchantCall is a decision's merchant with limits of its own: its name, limits and keys.
+// noLimits are the limits of a merchant without any of its own.
+var noLimits = merchantLimits{minLimit: math.MaxInt64}
+
+// merchantCall is a decision's merchant: its name, limits (maybe none) and keys.
 type merchantCall struct {
 	name   string
 	limits *merchantLimits
@@ -260,10 +267,13 @@ func (p provider) merchantOf(m string) *merchantCall {
 	if ml == nil {
 		ml = p.perMerchant
 	}
-	if ml == nil {
-		return nil
+	switch {
+	case ml != nil:
+		return &merchantCall{name: m, limits: ml, keys: merchantKeys(p.tag, m, p.algo, ml.policies, p.keyMargin, p.buckets)}
+	case p.track:
+		return &merchantCall{name: m, limits: &noLimits} // recorded in the registry, counted by none of its own
 	}
-	return &merchantCall{name: m, limits: ml, keys: merchantKeys(p.tag, m, p.algo, ml.policies, p.keyMargin, p.buckets)}
+	return nil
 }
 
 // keysFor are the call's KEYS: the provider's, with the merchant's own state before the registry.
@@ -429,7 +439,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 	p.keys = keysFor(tag, algo, policies, margin, buckets, version)
 	p.nalgo = len(p.keys)
 	p.version = version
-	shape := stateShape(tag, algo, policies, p.keys) // the pace is not part of the counted state
+	shape := stateShape(tag, algo, append(policies[:len(policies):len(policies)], p.merchantWindows()...), p.keys) // the pace is not part of the counted state
 	// the merchants seen, the live limits, the leases, the pace, the epoch always last
 	p.keys = append(p.keys, tag+"merchants", tag+"limits", tag+"flight", tag+"pace", tag+"epoch:"+shape)
 	p.marginKeys = []string{tag + "margin", tag + "lateness"}
@@ -474,6 +484,7 @@ func (p *provider) buildMerchants(name string, spec Provider, margin time.Durati
 		}
 		return ml, nil
 	}
+	p.track = spec.TrackMerchants || len(spec.PerMerchant) > 0 || len(spec.Merchants) > 0
 	var err error
 	if len(spec.PerMerchant) > 0 {
 		if p.perMerchant, err = build("provider "+name+" per merchant", spec.PerMerchant); err != nil {
@@ -495,6 +506,23 @@ func (p *provider) buildMerchants(name string, spec Provider, margin time.Durati
 		}
 	}
 	return nil
+}
+
+// merchantWindows lists the distinct windows of the merchants' limits, shortest first: the counters name a
+// merchant's state by its windows, so a window that comes or goes is a change of the state's shape
+// (stateShape), which warms up.
+func (p provider) merchantWindows() []Policy {
+	seen := map[time.Duration]bool{}
+	for _, ml := range p.merchantLimits() {
+		for _, pol := range ml.policies {
+			seen[pol.Window] = true
+		}
+	}
+	var out []Policy
+	for _, w := range slices.Sorted(maps.Keys(seen)) {
+		out = append(out, Policy{Window: w})
+	}
+	return out
 }
 
 // merchantLimits lists every set of merchants' limits the provider has.
@@ -1232,7 +1260,7 @@ func (l *Limiter) Merchants(ctx context.Context, providerName string, max int) (
 			name, _ := raw[j].(string)
 			slot, _ := raw[j+1].(int64)
 			ms := MerchantStatus{Merchant: name, Newest: time.UnixMicro(slot)}
-			if mc := p.merchantOf(name); mc != nil {
+			if mc := p.merchantOf(name); mc != nil && len(mc.limits.policies) > 0 {
 				st, err := l.statusFor(ctx, p, mc, providerName)
 				if err != nil {
 					return err

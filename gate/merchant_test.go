@@ -280,3 +280,107 @@ func TestMerchantReleaseAndMove(t *testing.T) {
 		}
 	})
 }
+
+// A merchant at its own limit is never given a slot ahead that only its limits set: held there, it would
+// move the first-come-first-served floor (and the pace) past every other merchant's jobs. It is denied
+// until its merchant has room, and the others go now.
+func TestMerchantBlocksNobodyElse(t *testing.T) {
+	eachAlgorithm(t, gate.MerchantAlgorithms, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		for _, burst := range []int64{0, 5} {
+			ctx := context.Background()
+			spec := gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(100, 10*time.Second)}, PerMerchant: []gate.Policy{pol(2, 10*time.Second)}, Burst: burst}
+			l := newAlgoOpts(t, rdb, gate.Options{}, spec)
+			if algo == gate.FixedWindow {
+				waitWindowStart(t, rdb, 10*time.Second)
+			}
+			for i := range 2 {
+				if v, err := l.ReserveFor(ctx, prov, "a", fmt.Sprint("a", i), 1, 30*time.Second); err != nil || !v.Allowed {
+					t.Fatalf("burst %d: a's job %d: %+v, %v", burst, i, v, err)
+				}
+			}
+			v, err := l.ReserveFor(ctx, prov, "a", "a2", 1, 30*time.Second)
+			if err != nil || v.Allowed || !v.ByMerchant || v.RetryAfter < 4*time.Second {
+				t.Fatalf("burst %d: a's third job with 30s to wait: %+v, %v; want denied by a's 2/10s until it has room, nothing reserved", burst, v, err)
+			}
+			for _, m := range []string{"b", ""} {
+				v, err := l.ReserveFor(ctx, prov, m, "x-"+m, 1, 0)
+				if err != nil || !v.Allowed {
+					t.Fatalf("burst %d: merchant %q after a's denial: %+v, %v; want admitted now", burst, m, v, err)
+				}
+			}
+		}
+	})
+}
+
+// After a change of a merchant's limits (here: merchants' limits added to a provider that had none), a
+// release or a move of a job admitted before gives back nothing to counters it never went into.
+func TestMerchantLimitsAddedUnderJobs(t *testing.T) {
+	eachAlgorithm(t, gate.MerchantAlgorithms, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		ctx := context.Background()
+		opts := gate.Options{Prefix: uniquePrefix(t), StaleAfter: 50 * time.Millisecond}
+		build := func(per []gate.Policy) *gate.Limiter {
+			o := opts
+			o.Providers = map[string]gate.Provider{prov: {Algorithm: algo, Policies: []gate.Policy{pol(100, 10*time.Second)}, PerMerchant: per}}
+			l, err := gate.New(rdb, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		if algo == gate.FixedWindow {
+			waitWindowStart(t, rdb, 10*time.Second)
+		}
+		before, after := build(nil), build([]gate.Policy{pol(2, 10*time.Second)})
+		for _, j := range []string{"old-1", "old-2"} {
+			if v, err := before.ReserveFor(ctx, prov, "a", j, 1, 0); err != nil || !v.Allowed {
+				t.Fatalf("%s: %+v, %v", j, v, err)
+			}
+		}
+		for _, j := range []string{"new-1", "new-2"} {
+			if v, err := after.ReserveFor(ctx, prov, "a", j, 1, 0); err != nil || !v.Allowed {
+				t.Fatalf("%s: %+v, %v", j, v, err)
+			}
+		}
+		if n, err := after.ReleaseFor(ctx, prov, "a", "old-1", 1, time.Time{}); err != nil || n != 1 {
+			t.Fatalf("release old-1: %d, %v", n, err)
+		}
+		// a's counters hold new-1 and new-2 only: the release of old-1 freed nothing of them, and old-2,
+		// redelivered past the stale limit, cannot move (its units were never a's to give back).
+		time.Sleep(100 * time.Millisecond)
+		if v, err := after.ReserveFor(ctx, prov, "a", "old-2", 1, 0); err != nil || v.Allowed || !v.ByMerchant {
+			t.Fatalf("old-2 redelivered: %+v, %v; want denied by a's 2/10s", v, err)
+		}
+		if v, err := after.ReserveFor(ctx, prov, "a", "new-3", 1, 0); err != nil || v.Allowed || !v.ByMerchant {
+			t.Fatalf("new-3: %+v, %v; want denied by a's 2/10s", v, err)
+		}
+	})
+}
+
+// The registry: a provider that tracks merchants without limits of their own still records them; and a
+// change of the merchants' windows is a change of the state's shape for the counters (a new epoch key:
+// a warm-up), while sliding_log, whose merchant log keeps no window, keeps its epoch.
+func TestMerchantRegistryAndShape(t *testing.T) {
+	rdb := backends(t)[0].rdb
+	ctx := context.Background()
+	l := newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}, TrackMerchants: true})
+	if v, err := l.ReserveFor(ctx, prov, "a", "j", 1, 0); err != nil || !v.Allowed {
+		t.Fatal(v, err)
+	}
+	if seen, ms, err := l.Merchants(ctx, prov, 10); err != nil || seen != 1 || len(ms) != 1 || ms[0].Merchant != "a" || len(ms[0].Policies) != 0 {
+		t.Fatalf("Merchants: %d %+v %v; want a, without limits", seen, ms, err)
+	}
+	epoch := func(algo gate.Algorithm, per time.Duration) string {
+		l := newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(10, time.Second)}, PerMerchant: []gate.Policy{pol(2, per)}})
+		keys, err := l.Keys(prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimPrefix(keys[len(keys)-1], strings.SplitN(keys[len(keys)-1], "}", 2)[0])
+	}
+	for _, algo := range gate.MerchantAlgorithms {
+		changed := epoch(algo, time.Second) != epoch(algo, 2*time.Second)
+		if changed != (algo != gate.SlidingLog) {
+			t.Errorf("%s: a merchant window changed the epoch: %v", algo, changed)
+		}
+	}
+}

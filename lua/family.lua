@@ -171,6 +171,11 @@ end
 local P = #limits
 if M >= P or (M > 0 and merchant == '') then return bad('merchant policies must be fewer than all, and need a merchant', M) end
 local PP = P - M -- the provider's policies are 1..PP; the merchant's PP+1..P
+-- upto: the policies algo.earliest looks at (1..upto): the provider's first, then all (see run)
+local upto = PP
+-- merchant_counted: the job being released or moved was counted by the merchant's counters in this call's
+-- keys (its marker is in the id record; see merchant_marker): only then do its units go back there.
+local merchant_counted = false
 -- The live limits: decided under limits that are no longer in force, the call is refused (see ARGV[15]).
 local version = redis.call('HGET', live, 'version') or '0'
 if version ~= ARGV[15] then return redis.error_reply('PAYGATE_LIMITS ' .. version) end
@@ -238,7 +243,7 @@ local function counter_undo(index_of, count, add, keep)
     local taken = {}
     for i = 1, P do
       local k = index_of(i, slot)
-      if count(i, k) > 0 then
+      if count(i, k) > 0 and (i <= PP or merchant_counted) then
         taken[i] = {k, math.min(n, count(i, k))}
         add(i, k, -taken[i][2])
       end
@@ -394,6 +399,27 @@ local function mark(value, ttl_us)
   if redis.call('PTTL', sent) < ttl then write('PEXPIRE', sent, int(ttl)) end
 end
 
+-- merchant_marker is the id record's member that marks an admission counted by the merchant's own keys
+-- (counters: sliding_window, fixed_window), named by a hash of those keys: after a change of the merchant's
+-- limits, or of its keys, an earlier job's release gives nothing back to counters it never went into.
+-- nil without merchant policies, and for sliding_log, whose merchant log is its own record.
+local function merchant_marker()
+  if M == 0 or algo.per_unit then return nil end
+  local mk = {}
+  for i = 4 + PP, 3 + P do mk[#mk + 1] = KEYS[i] end
+  return id .. '\0m' .. string.sub(redis.sha1hex(table.concat(mk, '|')), 1, 16)
+end
+
+-- holds_marker tells whether members (units_at's) include the merchant marker.
+local function holds_marker(members)
+  local marker = merchant_marker()
+  if not marker then return false end
+  for _, m in ipairs(members) do
+    if m == marker then return true end
+  end
+  return false
+end
+
 local function run()
   if M > 0 and not algo.merchants then return bad('merchant limits are not counted by this algorithm; merchant policies', M) end
   if op == 'merchants' then
@@ -432,6 +458,7 @@ local function run()
     local gone, n = units_at(prev)
     trim()
     write_members('ZREM', ids, gone)
+    merchant_counted = holds_marker(gone)
     algo.give_back(prev, n)
     algo.save()
     flush()
@@ -499,6 +526,7 @@ local function run()
     moved, old = 1, prev
     local gone, n = units_at(prev)
     write_members('ZREM', ids, gone)
+    merchant_counted = holds_marker(gone)
     token = algo.give_back(prev, n)
   elseif prev then
     -- A duplicate holds its permit already: it goes at its own slot, after a pause, or now, whichever is
@@ -534,10 +562,20 @@ local function run()
     end
     slot, blocker, hold = algo.earliest(from, cost)
   end
+  local merchant_bound = false
+  if M > 0 and not forced and hold == 0 then
+    -- The merchant's policies from the provider's slot on. A slot only the merchant's limits push later
+    -- is not reserved: held there, it would move the first-come-first-served floor and the pace past
+    -- every other merchant's jobs. The job is denied until then, spending nothing.
+    upto = P
+    local s, b, h = algo.earliest(slot, cost)
+    if s > slot or h > 0 then slot, blocker, hold, merchant_bound = s, b, h, true end
+  end
   local paused = 0
   if pause_until > now and slot == pause_until then paused = 1 end
   local wait = slot - now
-  if wait > max_wait or hold > 0 then
+  if merchant_bound or wait > max_wait or hold > 0 then
+    if merchant_bound then wait = math.max(wait, 1) + max_wait end -- retry when the merchant has room
     if moved == 1 then algo.take_back(token) end -- denied: the units and the entry stay where they were
     local room, index = algo.room(now)
     return deny(reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0))
@@ -549,9 +587,11 @@ local function run()
     tat = math.max(tat, slot) + cost * pace
     write('SET', pace_key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
   end
-  record(slot, members_of(cost))
+  local members = members_of(cost)
+  members[#members + 1] = merchant_marker()
+  record(slot, members)
   if merchant ~= '' then
-    write('ZADD', merchants, int(slot), merchant)
+    write('ZADD', merchants, 'GT', int(slot), merchant)
     write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - dedup))
     expire(merchants, (math.max(slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
   end

@@ -56,7 +56,7 @@ function algo.earliest(from, n)
   for _ = 1, 100000 do
     if op == 'reserve' and slot - now > arg4 then return slot, blocker, 0 end
     local moved = false
-    for i = 1, P do
+    for i = 1, upto do
       local k = window(i, slot)
       if count(i, k) + n > limits[i] or slot + margin >= (k + 1) * windows[i] then
         slot, blocker, moved = (k + 1) * windows[i], i, true

@@ -75,7 +75,7 @@ function algo.load(_) end
 
 function algo.earliest(from, n)
   local slot, blocker, blocker_at = from, nil, 0
-  for i = 1, P do
+  for i = 1, upto do
     if count(i, slot) + n > limits[i] then
       local free_at = newest_but(log_of[i], limits[i] - n) + W[i]
       if free_at > blocker_at then blocker, blocker_at = i, free_at end

@@ -60,7 +60,7 @@ end
 
 function algo.earliest(from, n)
   local slot, blocker = from, nil
-  for i = 1, P do
+  for i = 1, upto do
     local k0 = bucket(i, from)
     local sum = from_bucket(i, k0 - buckets)
     if sum + n > limits[i] then

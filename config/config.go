@@ -179,7 +179,17 @@ type PerMerchant struct {
 // Merchant is one entry of providers.<name>.merchants.
 type Merchant struct {
 	Limits []Limit `mapstructure:"limits"`
+	// Weight is the merchant's share of the provider against other merchants with jobs waiting (default
+	// 1): a merchant of weight 3 has three jobs taken to one of a merchant of weight 1.
+	Weight int `mapstructure:"weight"`
 }
+
+// MaxWeight is the largest providers.<name>.merchants.<m>.weight.
+const MaxWeight = 1000
+
+// HasMerchants reports whether the provider shares out between merchants: it has per_merchant or
+// merchants (either turns fair shares on; see docs/configuration.md).
+func (pr Provider) HasMerchants() bool { return pr.PerMerchant != nil || len(pr.Merchants) > 0 }
 
 // Provider defaults, applied by Load to every provider that leaves the key out. The algorithm's are the
 // gate's own.

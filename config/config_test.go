@@ -322,3 +322,31 @@ func TestMerchantLimits(t *testing.T) {
 		t.Fatalf("merchant_header %q, per_merchant %v, merchants %+v", pr.MerchantHeader, per, named)
 	}
 }
+
+// Fair shares without merchants' limits: per_merchant: {} or merchants with weights only, under any
+// algorithm (the shares are the worker's; only limits need the gate's counters).
+func TestMerchantWeightsOnly(t *testing.T) {
+	c, err := config.Load(writeFile(t, `providers:
+  acme:
+    url: http://127.0.0.1:8081/pay
+    timeout: 5s
+    algorithm: token_bucket
+    limits: [{requests: 100, per: 1s}]
+    merchants: {Big: {weight: 3}}
+  globex:
+    url: http://127.0.0.1:8082/pay
+    timeout: 5s
+    limits: [{requests: 100, per: 1s}]
+    per_merchant: {}
+  initech:
+    url: http://127.0.0.1:8083/pay
+    timeout: 5s
+    limits: [{requests: 100, per: 1s}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, g, i := c.Providers["acme"], c.Providers["globex"], c.Providers["initech"]; !a.HasMerchants() || a.Merchants["Big"].Weight != 3 || !g.HasMerchants() || i.HasMerchants() {
+		t.Fatalf("acme %+v, globex %+v, initech %+v: want fair shares for acme (Big weighs 3) and globex only", a.Merchants, g.PerMerchant, i.PerMerchant)
+	}
+}

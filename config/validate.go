@@ -211,16 +211,20 @@ func (p *problems) merchants(path string, pr Provider, margin time.Duration) {
 	for _, a := range gate.MerchantAlgorithms {
 		algos = append(algos, string(a))
 	}
-	if !slices.Contains(algos, pr.Algorithm) {
+	limited := pr.PerMerchant != nil && len(pr.PerMerchant.Limits) > 0
+	for _, ms := range pr.Merchants {
+		limited = limited || len(ms.Limits) > 0
+	}
+	if limited && !slices.Contains(algos, pr.Algorithm) {
 		what := ".per_merchant"
-		if pr.PerMerchant == nil {
+		if pr.PerMerchant == nil || len(pr.PerMerchant.Limits) == 0 {
 			what = ".merchants"
 		}
 		p.add(path+what, "algorithm %s keeps one level for all of a provider's limits and cannot count a merchant's beside them; use %s",
 			pr.Algorithm, strings.Join(algos, ", "))
 		return
 	}
-	if pr.PerMerchant != nil {
+	if pr.PerMerchant != nil && len(pr.PerMerchant.Limits) > 0 {
 		p.limits(path+".per_merchant", pr.Algorithm, pr.PerMerchant.Limits, margin)
 	}
 	names := slices.Sorted(maps.Keys(pr.Merchants))
@@ -228,11 +232,11 @@ func (p *problems) merchants(path string, pr Provider, margin time.Duration) {
 		mp := path + ".merchants." + m
 		p.check(utf8.RuneCountInString(m) <= job.MaxMerchant && !strings.ContainsFunc(m, unicode.IsControl), mp,
 			"a merchant name is 1..%d characters without control characters (the job's merchant)", job.MaxMerchant)
-		if ms := pr.Merchants[m]; len(ms.Limits) > 0 {
+		ms := pr.Merchants[m]
+		if len(ms.Limits) > 0 {
 			p.limits(mp, pr.Algorithm, ms.Limits, margin)
-		} else {
-			p.check(pr.PerMerchant != nil, mp+".limits", "must list at least one {requests, per}: the provider has no per_merchant limits to apply")
 		}
+		p.check(ms.Weight >= 0 && ms.Weight <= MaxWeight, mp+".weight", "must be 1..%d (default 1), got %d", MaxWeight, ms.Weight)
 	}
 }
 

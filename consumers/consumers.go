@@ -156,6 +156,9 @@ type Config struct {
 	Providers map[string]int64
 	// Shadow lists the providers in shadow mode: the gate decides and counts, every job goes at once.
 	Shadow map[string]bool
+	// Fair lists the providers whose deliveries are shared out between merchants (see fairQueue), each
+	// with the merchants' weights (a merchant not listed weighs 1).
+	Fair map[string]map[string]int
 	// Adaptive lists the providers whose limit is learned (providers.<name>.adaptive): a 429 cuts the
 	// limit for the fleet instead of pausing it, and widens no margin.
 	Adaptive map[string]bool
@@ -210,6 +213,14 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 		landed: map[string][]chan struct{}{}}, nil
 }
 
+// streamOf takes deliveries from a stream in its order; false once it has closed.
+func streamOf(deliveries <-chan Delivery) func() (Delivery, bool) {
+	return func() (Delivery, bool) {
+		d, ok := <-deliveries
+		return d, ok
+	}
+}
+
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
 // taking deliveries, gives in-flight jobs ShutdownTimeout to settle, and returns.
 func (w *Worker) Run(ctx context.Context, b Broker) error {
@@ -233,10 +244,15 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 		streams[p] = deliveries
 	}
 	for _, p := range names {
-		deliveries := streams[p]
+		next := streamOf(streams[p])
+		if weights, fair := w.cfg.Fair[p]; fair {
+			q := newFairQueue(weights)
+			wg.Go(func() { q.feed(streams[p]) })
+			next = q.pop
+		}
 		for range w.cfg.Concurrency {
 			wg.Go(func() {
-				for d := range deliveries {
+				for d, ok := next(); ok; d, ok = next() {
 					if ctx.Err() != nil {
 						_ = d.Requeue(work) // shutting down: back to the queue, untouched
 						continue

@@ -95,7 +95,7 @@ func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter
 		perMerchant, merchants := p.MerchantPolicies()
 		ps[name] = gate.Provider{Policies: p.Policies(), Algorithm: gate.Algorithm(p.Algorithm), Buckets: p.Buckets, Burst: p.Burst,
 			MaxInFlight: p.MaxInFlight, Lease: p.Timeout + LeaseSlack, FromHeaders: p.LimitsFromHeaders,
-			PerMerchant: perMerchant, Merchants: merchants}
+			PerMerchant: perMerchant, Merchants: merchants, TrackMerchants: p.HasMerchants()}
 		if p.Adaptive != nil {
 			ps[name] = withRange(ps[name], *p.Adaptive)
 		}
@@ -134,7 +134,27 @@ func Core(c *config.Config) consumers.Config {
 		Providers:       MaxCosts(c),
 		Shadow:          shadowed(c),
 		Adaptive:        adaptive(c),
+		Fair:            fair(c),
 	}
+}
+
+// fair lists the providers that share out between merchants (those with per_merchant or merchants), with
+// the merchants' weights.
+func fair(c *config.Config) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for name, p := range c.Providers {
+		if !p.HasMerchants() {
+			continue
+		}
+		weights := map[string]int{}
+		for m, ms := range p.Merchants {
+			if ms.Weight > 0 {
+				weights[m] = ms.Weight
+			}
+		}
+		out[name] = weights
+	}
+	return out
 }
 
 // withRange gives the gate an adaptive provider's range (valid: config.Validate checked it).

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,4 +62,85 @@ func TestMerchantLimitsFleet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Fair shares on real RabbitMQ (the acceptance): three worker processes, a provider at 100/1s,
+// merchant A enqueues 3000 jobs, then B, C and D 100 each. B, C and D each finish within 6s of being
+// enqueued while A goes on; the provider is never over 100/1s and the budget is used (utilisation from the
+// first acceptance to the last, against the margin's optimum). The read-ahead (broker.rabbitmq.prefetch
+// 1100, times three processes) holds A's backlog, so the workers see B, C and D as soon as they are
+// published (docs/configuration.md, "Fair shares").
+func TestFairShares(t *testing.T) {
+	windows := []sim.Window{{Limit: 100, Per: time.Second}}
+	f := newFleet(t, simProvider{name: "acme", limits: windows})
+	f.margin = 30 * time.Millisecond // seven busy processes on two cores
+	// Prefetch 1100 with concurrency 16 keeps the longest a delivery can be held under RabbitMQ's consumer
+	// timeout (30m; run checks it).
+	f.env2 = append(f.env2, "PAYGATE_BROKER_RABBITMQ_PREFETCH=1100", "PAYGATE_WORKER_CONCURRENCY=16")
+	fh, err := os.OpenFile(f.cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = fh.WriteString("    per_merchant: {}\n")
+		fh.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.established()
+	for range 3 {
+		f.startWorker()
+	}
+	s := f.sims["acme"]
+	f.enqueueFor("acme", 3000, "fa", "A")
+	type merchant struct {
+		name, prefix string
+		enqueued     time.Time
+		done         time.Duration
+	}
+	others := []*merchant{{name: "B", prefix: "fb"}, {name: "C", prefix: "fc"}, {name: "D", prefix: "fd"}}
+	var aBefore int
+	for i, m := range others {
+		if i == 0 {
+			aBefore = countPrefix(s.AcceptedKeys(), "fa-")
+		}
+		m.enqueued = time.Now()
+		f.enqueueFor("acme", 100, m.prefix, m.name)
+	}
+	f.waitFor("B, C and D charged", time.Minute, func() bool {
+		keys := s.AcceptedKeys()
+		for _, m := range others {
+			if m.done == 0 && countPrefix(keys, m.prefix+"-") == 100 {
+				m.done = time.Since(m.enqueued)
+			}
+		}
+		return others[0].done > 0 && others[1].done > 0 && others[2].done > 0
+	})
+	aDuring := countPrefix(s.AcceptedKeys(), "fa-") - aBefore
+	f.waitFor("every job charged", 2*time.Minute, func() bool { return s.Stats().Accepted >= 3300 })
+	f.stopAll()
+	l := f.collect()
+	l.check(t, append(append(append(ids("fa", 3000), ids("fb", 100)...), ids("fc", 100)...), ids("fd", 100)...))
+	st := s.Stats()
+	u := utilisation(st, windows, f.margin)
+	t.Logf("B, C, D done %s, %s, %s after being enqueued; A charged %d meanwhile; %d accepted, utilisation %.3f, violations %d",
+		others[0].done.Round(time.Millisecond), others[1].done.Round(time.Millisecond), others[2].done.Round(time.Millisecond), aDuring, st.Accepted, u, st.Violations)
+	for _, m := range others {
+		if m.done > 6*time.Second {
+			f.dumpLogs()
+			t.Errorf("%s finished %s after being enqueued, want within 6s", m.name, m.done)
+		}
+	}
+	if st.Violations != 0 || st.Accepted != 3300 || u < 0.99 || aDuring < 50 {
+		f.dumpLogs()
+		t.Fatalf("provider saw %+v, utilisation %.3f, A charged %d while B, C, D went: want 0 over the limit, >= 0.99, A going on", st, u, aDuring)
+	}
+}
+
+func countPrefix(keys []string, prefix string) int {
+	n := 0
+	for _, k := range keys {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }

@@ -819,6 +819,9 @@ func (s *settlement) requeue(ctx context.Context) {
 
 func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Field) {
 	s.w.metrics.jobs.WithLabelValues(s.provider, outcome).Inc()
+	if named, fair := s.w.cfg.Fair[s.provider]; fair {
+		s.w.metrics.merchantJobs.WithLabelValues(s.provider, merchantLabel(named, s.job), outcome).Inc()
+	}
 	fields := append([]zap.Field{
 		zap.String("provider", s.provider),
 		zap.String("outcome", outcome),
@@ -839,6 +842,25 @@ func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Fie
 		return
 	}
 	s.w.log.Info("job settled", fields...)
+}
+
+// merchantLabel is a job's merchant as paygate_merchant_jobs_total names it: a merchant named in the
+// configuration (named), "other", or "none" (no merchant, or no job).
+func merchantLabel(named map[string]int, j *job.Job) string {
+	switch _, ok := named[jobMerchant(j)]; {
+	case jobMerchant(j) == "":
+		return "none"
+	case ok:
+		return j.Merchant
+	}
+	return "other"
+}
+
+func jobMerchant(j *job.Job) string {
+	if j == nil {
+		return ""
+	}
+	return j.Merchant
 }
 
 // Sleep waits d or until ctx is done; it reports whether the full wait passed.

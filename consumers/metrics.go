@@ -16,6 +16,10 @@ type Metrics struct {
 	inflight  *prometheus.GaugeVec     // paygate_inflight{provider}
 	lateness  *prometheus.HistogramVec // paygate_dispatch_lateness_seconds{provider}
 	margin    *prometheus.GaugeVec     // paygate_gate_margin_seconds{provider}
+	// paygate_merchant_jobs_total{provider,merchant,outcome}: providers with fair shares only; merchant
+	// is a merchant named in the configuration, "other" for the rest, "none" for jobs without one, so
+	// that the series stay as few as the configuration's names
+	merchantJobs *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not registered, for tests).
@@ -43,12 +47,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "How long after its reserved slot a job's request started; kept under half the margin in force.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, 1},
 		}, []string{"provider"}),
+		merchantJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paygate_merchant_jobs_total",
+			Help: "Jobs settled by merchant, for providers with fair shares: a merchant named in the configuration, other, or none.",
+		}, []string{"provider", "merchant", "outcome"}),
 		margin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "paygate_gate_margin_seconds", Help: "The gate's margin in force, as this worker last learned it (its lateness report each second, a throttle report).",
 		}, []string{"provider"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin)
+		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin, m.merchantJobs)
 	}
 	return m
 }

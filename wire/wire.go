@@ -146,11 +146,9 @@ func fair(c *config.Config) map[string]map[string]int {
 		if !p.HasMerchants() {
 			continue
 		}
-		weights := map[string]int{}
+		weights := map[string]int{} // every named merchant, with its weight (default 1)
 		for m, ms := range p.Merchants {
-			if ms.Weight > 0 {
-				weights[m] = ms.Weight
-			}
+			weights[m] = max(ms.Weight, 1)
 		}
 		out[name] = weights
 	}

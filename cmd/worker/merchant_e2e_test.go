@@ -121,6 +121,11 @@ func TestFairShares(t *testing.T) {
 	l.check(t, append(append(append(ids("fa", 3000), ids("fb", 100)...), ids("fc", 100)...), ids("fd", 100)...))
 	st := s.Stats()
 	u := utilisation(st, windows, f.margin)
+	outcomes := map[string]int{}
+	for _, l := range f.settled() {
+		outcomes[l.Outcome+"/"+l.Admission]++
+	}
+	t.Logf("settled: %v", outcomes)
 	t.Logf("B, C, D done %s, %s, %s after being enqueued; A charged %d meanwhile; %d accepted, utilisation %.3f, violations %d",
 		others[0].done.Round(time.Millisecond), others[1].done.Round(time.Millisecond), others[2].done.Round(time.Millisecond), aDuring, st.Accepted, u, st.Violations)
 	for _, m := range others {

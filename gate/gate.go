@@ -1233,6 +1233,13 @@ func (l *Limiter) statusFor(ctx context.Context, p provider, mc *merchantCall, p
 	return s, nil
 }
 
+// TracksMerchants reports whether the provider records its jobs' merchants (Provider.TrackMerchants, or
+// merchants' limits).
+func (l *Limiter) TracksMerchants(providerName string) bool {
+	p, err := l.provider(providerName)
+	return err == nil && p.track
+}
+
 // MerchantStatus is one merchant's use of a provider.
 type MerchantStatus struct {
 	Merchant string
@@ -1243,7 +1250,8 @@ type MerchantStatus struct {
 	Policies []PolicyStatus
 }
 
-// Merchants reads the merchants a provider admitted jobs of lately (within its dedup window): how many,
+// Merchants reads the merchants a provider admitted jobs of lately (in the last minute, or its dedup window
+// if longer): how many,
 // and the newest max of them with their use of their own limits, newest first.
 func (l *Limiter) Merchants(ctx context.Context, providerName string, max int) (seen int64, out []MerchantStatus, err error) {
 	err = l.inForce(ctx, providerName, func(p provider) error {

@@ -18,7 +18,7 @@
 --                                                that set algo.merchants)
 -- KEYS[#KEYS-4] -> <prefix>:{<provider>}:merchants ZSET the merchants seen: member = merchant (ARGV[16]),
 --                                                score = its newest admission's slot (µs); kept until that
---                                                slot plus dedup
+--                                                slot plus a minute (or dedup, if longer)
 -- KEYS[#KEYS-3] -> <prefix>:{<provider>}:limits HASH the live limits (limits.lua): only its version is read
 -- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (ARGV[13]): member =
 --                                                id.."\0"..now_us of the admission that took it
@@ -94,7 +94,7 @@
 -- release returns the number of the id's units that left the record (0: not there, at another slot, or
 --   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
 -- merchants returns {now_us, seen, merchant, slot_us, ...}: seen = merchants in KEYS[#KEYS-4] admitted within
---   dedup µs, then the newest ARGV[4] of them (name, newest slot), newest first
+--   the last minute (or dedup, if longer), then the newest ARGV[4] of them (name, newest slot), newest first
 -- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
 --   used_1, ...}: units = members of the id record; leases = unlapsed in-flight leases; per policy, as
 --   algo.status says
@@ -206,6 +206,9 @@ local function flush()
   for _, w in ipairs(writes) do redis.call(unpack(w)) end
   return true
 end
+
+-- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
+local seen_for = math.max(dedup, 60000000)
 
 local EPS = 1e-9 -- fractions of a unit this small are rounding, not room
 
@@ -423,7 +426,7 @@ end
 local function run()
   if M > 0 and not algo.merchants then return bad('merchant limits are not counted by this algorithm; merchant policies', M) end
   if op == 'merchants' then
-    local since = '(' .. int(now - dedup)
+    local since = '(' .. int(now - seen_for)
     local reply = {now, redis.call('ZCOUNT', merchants, since, '+inf')}
     if arg4 > 0 then
       local got = redis.call('ZREVRANGEBYSCORE', merchants, '+inf', since, 'WITHSCORES', 'LIMIT', 0, arg4)
@@ -592,8 +595,8 @@ local function run()
   record(slot, members)
   if merchant ~= '' then
     write('ZADD', merchants, 'GT', int(slot), merchant)
-    write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - dedup))
-    expire(merchants, (math.max(slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
+    write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - seen_for))
+    expire(merchants, (math.max(slot - now, algo.reset_after()) + seen_for) / 1000 + 1000)
   end
   take_lease(id .. '\0' .. int(now), slot)
   local leased = 0

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +40,65 @@ type statusReport struct {
 	MarginFloorMs float64 `json:"margin_floor_ms"`
 	MarginMaxMs   float64 `json:"margin_max_ms"`
 	MarginWhy     string  `json:"margin_why"`
+	// The merchants (providers with per_merchant or merchants): see merchantsReport.
+	Merchants *merchantsReport `json:"merchants,omitempty"`
+}
+
+// merchantsReport is a provider's merchants: how many had jobs admitted lately (in the last minute, or the
+// gate's dedup window if longer), the topMerchants using the most of their own limits (used + reserved in their first limit; by
+// newest admission for merchants without limits), and the rest taken together. Of the merchants seen,
+// the scanMerchants with the newest admissions are read.
+type merchantsReport struct {
+	Seen int64         `json:"seen"`
+	Top  []merchantUse `json:"top"`
+	Rest merchantRest  `json:"rest"`
+}
+
+type merchantUse struct {
+	Merchant string `json:"merchant"`
+	Limit    string `json:"limit,omitempty"` // its first limit; "" without limits of its own
+	Used     int64  `json:"used"`
+	Reserved int64  `json:"reserved"`
+	Newest   string `json:"newest"` // its newest admission's slot
+}
+
+type merchantRest struct {
+	Merchants int64 `json:"merchants"`
+	Used      int64 `json:"used"` // used + reserved, of those read
+}
+
+const (
+	topMerchants  = 10
+	scanMerchants = 1000
+)
+
+// merchantsOf reads a provider's merchants for gate status.
+func merchantsOf(ctx context.Context, l *gate.Limiter, provider string) (*merchantsReport, error) {
+	seen, ms, err := l.Merchants(ctx, provider, scanMerchants)
+	if err != nil {
+		return nil, err
+	}
+	use := func(m gate.MerchantStatus) int64 {
+		if len(m.Policies) == 0 {
+			return 0
+		}
+		return m.Policies[0].Used + m.Policies[0].Reserved
+	}
+	slices.SortStableFunc(ms, func(a, b gate.MerchantStatus) int { return cmp.Compare(use(b), use(a)) }) // newest first among equals
+	rep := &merchantsReport{Seen: seen, Top: []merchantUse{}, Rest: merchantRest{Merchants: seen}}
+	for i, m := range ms {
+		if i >= topMerchants {
+			rep.Rest.Used += use(m)
+			continue
+		}
+		u := merchantUse{Merchant: m.Merchant, Newest: m.Newest.UTC().Format(time.RFC3339Nano)}
+		if len(m.Policies) > 0 {
+			u.Limit, u.Used, u.Reserved = m.Policies[0].Policy.String(), m.Policies[0].Used, m.Policies[0].Reserved
+		}
+		rep.Top = append(rep.Top, u)
+		rep.Rest.Merchants--
+	}
+	return rep, nil
 }
 
 // gateStatus is "worker gate status": each of a provider's policies, and the margin in force.
@@ -78,6 +139,11 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			Remaining: p.Remaining, ResetAfterMs: ceilMs(p.ResetAfter),
 		})
 	}
+	if l.TracksMerchants(*provider) {
+		if rep.Merchants, err = merchantsOf(ctx, l, *provider); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		return writeJSON(stdout, rep)
 	}
@@ -106,6 +172,21 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintln(tw, "POLICY\tLIMIT\tUSED\tRESERVED\tREMAINING\tRESET IN")
 	for _, p := range rep.Policies {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%dms\n", p.Policy, p.Limit, p.Used, p.Reserved, p.Remaining, p.ResetAfterMs)
+	}
+	if err := tw.Flush(); err != nil || rep.Merchants == nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "merchants seen lately: %d\n", rep.Merchants.Seen)
+	if len(rep.Merchants.Top) == 0 {
+		return nil
+	}
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MERCHANT\tLIMIT\tUSED\tRESERVED\tNEWEST")
+	for _, m := range rep.Merchants.Top {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", m.Merchant, cmp.Or(m.Limit, "-"), m.Used, m.Reserved, m.Newest)
+	}
+	if rep.Merchants.Rest.Merchants > 0 {
+		fmt.Fprintf(tw, "(%d more)\t\t%d\t\t\n", rep.Merchants.Rest.Merchants, rep.Merchants.Rest.Used)
 	}
 	return tw.Flush()
 }

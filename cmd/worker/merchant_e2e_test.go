@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -45,6 +47,22 @@ func TestMerchantLimitsFleet(t *testing.T) {
 			}
 			s := f.sims["acme"]
 			f.waitFor("every job charged", 90*time.Second, func() bool { return s.Stats().Accepted >= jobs })
+			// gate status shows the merchants, busiest first (all at their limit within the window: by newest).
+			r := worker(t, f.env()[len(os.Environ()):], "gate", "status", "--config", f.cfg, "--provider", "acme", "--json")
+			var rep struct {
+				Merchants struct {
+					Seen int64
+					Top  []struct{ Merchant, Limit string }
+				}
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil || rep.Merchants.Seen != 4 || len(rep.Merchants.Top) != 4 {
+				t.Fatalf("gate status: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+			}
+			for _, m := range rep.Merchants.Top {
+				if want := map[string]string{"slow": "2/1s"}[m.Merchant]; m.Limit != cmp.Or(want, "4/1s") {
+					t.Errorf("gate status: merchant %s with limit %q", m.Merchant, m.Limit)
+				}
+			}
 			f.stopAll()
 			l := f.collect()
 			l.check(t, ids("mer", jobs))

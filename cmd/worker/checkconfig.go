@@ -50,6 +50,16 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		if p.MaxInFlight > 0 {
 			limits = append(limits, fmt.Sprintf("%d in flight", p.MaxInFlight))
 		}
+		if p.HasMerchants() {
+			algo += ", fair shares between merchants"
+			per, named := p.MerchantPolicies()
+			if len(per) > 0 {
+				limits = append(limits, "per merchant "+gate.FormatPolicies(per))
+			}
+			if len(named) > 0 {
+				limits = append(limits, fmt.Sprintf("%d named merchants", len(named)))
+			}
+		}
 		pace := "none (quotas only)"
 		if every := gate.PaceOf(p.Policies(), c.Gate.Margin); every > 0 && p.Burst >= gate.ShortestPolicy(p.Policies()).Limit {
 			pace = "none (burst = the limit)"

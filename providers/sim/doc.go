@@ -13,6 +13,7 @@
 //
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
 //	                    [--idempotency-header H] [--seed N] [--max-in-flight N] [--headers ietf|x-ratelimit|none]
+//	                    [--merchant-limits SPEC] [--merchant-header H] [--calendar]
 //
 // Its flags and what the simulator does with each request:
 //
@@ -34,6 +35,16 @@
 //     stay the rate-limit violations, so a fleet that keeps both caps keeps both counters at 0. A
 //     concurrency 429 starts no quiet period for early_after_429 (a slot frees as soon as a request
 //     ends). During an outage (down_for) requests are neither capped nor counted in flight.
+//   - --merchant-limits SPEC enforces windows per merchant on top of --limits, keyed by the request's
+//     --merchant-header (default X-Merchant, what paygate sends: providers.<name>.merchant_header); a
+//     request without it counts against --limits only. A request that would take its merchant's window
+//     over its limit gets 429 with Retry-After, is not accepted, and counts in merchant_violations (not
+//     in violations, and it starts no quiet period: it is one merchant's 429). /stats adds
+//     merchant_windows (max_in_window: the most any one merchant had in a window) and merchants (how many
+//     had a request accepted).
+//   - --calendar counts every window as calendar windows of Unix time, [k*W, (k+1)*W), as a provider with
+//     a counter that resets at :00 does (fixed_window's referee); a 429 then asks to come back at the
+//     next window's start. Without it windows slide: any interval of their length.
 //
 // For example:
 //

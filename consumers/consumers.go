@@ -157,8 +157,11 @@ type Config struct {
 	// Shadow lists the providers in shadow mode: the gate decides and counts, every job goes at once.
 	Shadow map[string]bool
 	// Fair lists the providers whose deliveries are shared out between merchants (see fairQueue), each
-	// with the merchants' weights (a merchant not listed weighs 1).
-	Fair map[string]map[string]int
+	// with the merchants' weights (a merchant not listed weighs 1); ReadAhead is how many deliveries of
+	// each such provider a worker holds waiting their turn at most (the broker may bound it lower:
+	// RabbitMQ's prefetch).
+	Fair      map[string]map[string]int
+	ReadAhead int
 	// Adaptive lists the providers whose limit is learned (providers.<name>.adaptive): a 429 cuts the
 	// limit for the fleet instead of pausing it, and widens no margin.
 	Adaptive map[string]bool
@@ -246,7 +249,7 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 	for _, p := range names {
 		next := streamOf(streams[p])
 		if weights, fair := w.cfg.Fair[p]; fair {
-			q := newFairQueue(weights)
+			q := newFairQueue(weights, w.cfg.ReadAhead)
 			wg.Go(func() { q.feed(streams[p]) })
 			next = q.pop
 		}

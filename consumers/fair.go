@@ -22,9 +22,12 @@ import (
 // fairQueue is one provider's deliveries, by merchant.
 type fairQueue struct {
 	weights map[string]int // weight per merchant; absent: 1
+	limit   int            // deliveries held at most (the read-ahead); the stream waits beyond
 
-	mu     sync.Mutex
-	cond   *sync.Cond
+	mu      sync.Mutex
+	cond    *sync.Cond // a delivery was queued, or the stream closed
+	space   *sync.Cond // a delivery was taken
+	pending int
 	queues map[string][]Delivery // merchants with deliveries waiting
 	turn   []string              // those merchants, in turn order
 	next   int                   // turn[next] is served next
@@ -32,9 +35,9 @@ type fairQueue struct {
 	closed bool
 }
 
-func newFairQueue(weights map[string]int) *fairQueue {
-	q := &fairQueue{weights: weights, queues: map[string][]Delivery{}}
-	q.cond = sync.NewCond(&q.mu)
+func newFairQueue(weights map[string]int, limit int) *fairQueue {
+	q := &fairQueue{weights: weights, limit: max(limit, 1), queues: map[string][]Delivery{}}
+	q.cond, q.space = sync.NewCond(&q.mu), sync.NewCond(&q.mu)
 	return q
 }
 
@@ -63,6 +66,10 @@ func merchantOf(body []byte) string {
 
 func (q *fairQueue) push(merchant string, d Delivery) {
 	q.mu.Lock()
+	for q.pending >= q.limit {
+		q.space.Wait()
+	}
+	q.pending++
 	if _, waiting := q.queues[merchant]; !waiting {
 		q.turn = append(q.turn, merchant)
 	}
@@ -87,6 +94,8 @@ func (q *fairQueue) pop() (Delivery, bool) {
 	}
 	m := q.turn[q.next]
 	waiting := q.queues[m]
+	q.pending--
+	q.space.Signal()
 	d := waiting[0]
 	waiting[0] = nil
 	waiting = waiting[1:]

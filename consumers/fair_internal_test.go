@@ -36,7 +36,7 @@ func TestFairQueueOrder(t *testing.T) {
 	stream <- jobOf("c", 0)
 	stream <- bodyOnly{[]byte("not json")}
 	close(stream)
-	q := newFairQueue(map[string]int{"b": 2})
+	q := newFairQueue(map[string]int{"b": 2}, 100)
 	q.feed(stream)
 	var got []string
 	for d, ok := q.pop(); ok; d, ok = q.pop() {
@@ -54,7 +54,7 @@ func TestFairQueueOrder(t *testing.T) {
 // Handlers waiting on an empty queue take what arrives, and all return once the stream closes.
 func TestFairQueueWaitsAndCloses(t *testing.T) {
 	stream := make(chan Delivery)
-	q := newFairQueue(nil)
+	q := newFairQueue(nil, 3) // the stream waits while 3 are held
 	go q.feed(stream)
 	var mu sync.Mutex
 	served := 0
@@ -75,5 +75,33 @@ func TestFairQueueWaitsAndCloses(t *testing.T) {
 	wg.Wait()
 	if served != 50 {
 		t.Fatalf("served %d of 50", served)
+	}
+}
+
+// The read-ahead is bounded: with nobody taking, the queue holds limit deliveries and the stream waits
+// (Kafka bounds nothing itself); each one taken lets one more in.
+func TestFairQueueReadAhead(t *testing.T) {
+	stream := make(chan Delivery, 10)
+	for i := range 10 {
+		stream <- jobOf("a", i)
+	}
+	close(stream)
+	q := newFairQueue(nil, 3)
+	go q.feed(stream)
+	held := func() int { q.mu.Lock(); defer q.mu.Unlock(); return q.pending }
+	deadline := time.Now().Add(5 * time.Second)
+	for held() < 3 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if held() != 3 || len(stream) != 6 { // the feeder holds the 4th, waiting for room
+		t.Fatalf("held %d, %d left in the stream; want 3 held and 6 left", held(), len(stream))
+	}
+	n := 0
+	for _, ok := q.pop(); ok; _, ok = q.pop() {
+		n++
+	}
+	if n != 10 {
+		t.Fatalf("took %d of 10", n)
 	}
 }

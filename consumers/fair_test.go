@@ -22,7 +22,7 @@ func TestFairSharesInRun(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: time.Second, MaxAttempts: 3, MaxDeferralAge: time.Hour,
 		ShutdownTimeout: time.Second, BackoffBase: time.Second, BackoffMax: time.Minute, RedisRetry: time.Second,
-		Providers: map[string]int64{"acme": 10}, Fair: map[string]map[string]int{"acme": {"big": 2}}},
+		Providers: map[string]int64{"acme": 10}, Fair: map[string]map[string]int{"acme": {"big": 2}}, ReadAhead: 20},
 		g, map[string]consumers.Dispatcher{"acme": p}, nil, consumers.NewMetrics(reg))
 	if err != nil {
 		t.Fatal(err)

@@ -135,7 +135,20 @@ func Core(c *config.Config) consumers.Config {
 		Shadow:          shadowed(c),
 		Adaptive:        adaptive(c),
 		Fair:            fair(c),
+		ReadAhead:       readAhead(c),
 	}
+}
+
+// KafkaReadAhead is how many records of a provider with fair shares a Kafka worker reads ahead (RabbitMQ's
+// read-ahead is its prefetch): Kafka itself bounds nothing, and a partition's backlog would be read whole.
+const KafkaReadAhead = 1000
+
+// readAhead is how far a worker reads a provider's deliveries ahead for fair shares.
+func readAhead(c *config.Config) int {
+	if c.Broker.Kind == "kafka" {
+		return KafkaReadAhead
+	}
+	return c.Broker.RabbitMQ.Prefetch
 }
 
 // fair lists the providers that share out between merchants (those with per_merchant or merchants), with

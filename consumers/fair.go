@@ -28,11 +28,11 @@ type fairQueue struct {
 	cond    *sync.Cond // a delivery was queued, or the stream closed
 	space   *sync.Cond // a delivery was taken
 	pending int
-	queues map[string][]Delivery // merchants with deliveries waiting
-	turn   []string              // those merchants, in turn order
-	next   int                   // turn[next] is served next
-	served int                   // picks turn[next] has had in its current turn
-	closed bool
+	queues  map[string][]Delivery // merchants with deliveries waiting
+	turn    []string              // those merchants, in turn order
+	next    int                   // turn[next] is served next
+	served  int                   // picks turn[next] has had in its current turn
+	closed  bool
 }
 
 func newFairQueue(weights map[string]int, limit int) *fairQueue {

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/paygate/paygate/gate"
@@ -204,6 +203,9 @@ func (p *problems) limits(path, algo string, limits []Limit, margin time.Duratio
 // merchants checks a provider's merchants' limits (per_merchant, merchants) and merchant_header.
 func (p *problems) merchants(path string, pr Provider, margin time.Duration) {
 	p.check(headerName.MatchString(pr.MerchantHeader), path+".merchant_header", "must be an HTTP header name, got %q", pr.MerchantHeader)
+	for _, other := range [][2]string{{"idempotency_header", pr.IdempotencyHeader}, {"auth_header", pr.AuthHeader}} {
+		p.check(!strings.EqualFold(pr.MerchantHeader, other[1]), path+".merchant_header", "must differ from %s (%s): the merchant would overwrite it", other[0], other[1])
+	}
 	if pr.PerMerchant == nil && len(pr.Merchants) == 0 {
 		return
 	}
@@ -230,8 +232,9 @@ func (p *problems) merchants(path string, pr Provider, margin time.Duration) {
 	names := slices.Sorted(maps.Keys(pr.Merchants))
 	for _, m := range names {
 		mp := path + ".merchants." + m
-		p.check(utf8.RuneCountInString(m) <= job.MaxMerchant && !strings.ContainsFunc(m, unicode.IsControl), mp,
-			"a merchant name is 1..%d characters without control characters (the job's merchant)", job.MaxMerchant)
+		p.check(m != "" && utf8.RuneCountInString(m) <= job.MaxMerchant && job.ValidMerchant(m), mp,
+			"a merchant name is 1..%d characters without control or format characters (the job's merchant)", job.MaxMerchant)
+		p.check(m != job.MerchantOther && m != job.MerchantNone, mp, "%s and %s name the merchants left out of the metrics' labels; rename it", job.MerchantOther, job.MerchantNone)
 		ms := pr.Merchants[m]
 		if len(ms.Limits) > 0 {
 			p.limits(mp, pr.Algorithm, ms.Limits, margin)

@@ -848,15 +848,15 @@ func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Fie
 }
 
 // merchantLabel is a job's merchant as paygate_merchant_jobs_total names it: a merchant named in the
-// configuration (named), "other", or "none" (no merchant, or no job).
+// configuration (named), merchantOther, or merchantNone (no merchant, or no job).
 func merchantLabel(named map[string]int, j *job.Job) string {
 	switch _, ok := named[jobMerchant(j)]; {
 	case jobMerchant(j) == "":
-		return "none"
+		return job.MerchantNone
 	case ok:
 		return j.Merchant
 	}
-	return "other"
+	return job.MerchantOther
 }
 
 func jobMerchant(j *job.Job) string {

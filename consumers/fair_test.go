@@ -79,7 +79,7 @@ func TestFairSharesInRun(t *testing.T) {
 			counts[labels["merchant"]+"/"+labels["outcome"]] += m.GetCounter().GetValue()
 		}
 	}
-	if want := map[string]float64{"other/succeeded": 6, "big/succeeded": 2, "none/succeeded": 1}; fmt.Sprint(counts) != fmt.Sprint(want) {
+	if want := map[string]float64{"_other/succeeded": 6, "big/succeeded": 2, "_none/succeeded": 1}; fmt.Sprint(counts) != fmt.Sprint(want) {
 		t.Fatalf("paygate_merchant_jobs_total %v, want %v", counts, want)
 	}
 }

@@ -17,7 +17,7 @@ type Metrics struct {
 	lateness  *prometheus.HistogramVec // paygate_dispatch_lateness_seconds{provider}
 	margin    *prometheus.GaugeVec     // paygate_gate_margin_seconds{provider}
 	// paygate_merchant_jobs_total{provider,merchant,outcome}: providers with fair shares only; merchant
-	// is a merchant named in the configuration, "other" for the rest, "none" for jobs without one, so
+	// is a merchant named in the configuration, "_other" for the rest, "_none" for jobs without one, so
 	// that the series stay as few as the configuration's names
 	merchantJobs *prometheus.CounterVec
 }
@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"provider"}),
 		merchantJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paygate_merchant_jobs_total",
-			Help: "Jobs settled by merchant, for providers with fair shares: a merchant named in the configuration, other, or none.",
+			Help: "Jobs settled by merchant, for providers with fair shares: a merchant named in the configuration, _other, or _none.",
 		}, []string{"provider", "merchant", "outcome"}),
 		margin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "paygate_gate_margin_seconds", Help: "The gate's margin in force, as this worker last learned it (its lateness report each second, a throttle report).",

@@ -70,8 +70,8 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 			if err := text(r, "merchant", 0, MaxMerchant, &j.Merchant); err != nil {
 				return err
 			}
-			if strings.ContainsFunc(j.Merchant, unicode.IsControl) { // it travels in a header (merchant_header)
-				return invalid("merchant", "must not contain control characters")
+			if !ValidMerchant(j.Merchant) { // it travels in a header (merchant_header), and is shown by gate status
+				return invalid("merchant", "must not contain control or format characters")
 			}
 			return nil
 		}},
@@ -214,3 +214,16 @@ func excerpt(b []byte) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
+
+// ValidMerchant reports whether a merchant has no control or format characters (a newline would break its
+// header, a right-to-left mark would disguise it in gate status).
+func ValidMerchant(m string) bool {
+	return !strings.ContainsFunc(m, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) })
+}
+
+// The merchant label values of paygate_merchant_jobs_total for merchants a provider's configuration does
+// not name, and for jobs without a merchant; the configuration may not name a merchant so.
+const (
+	MerchantOther = "_other"
+	MerchantNone  = "_none"
+)

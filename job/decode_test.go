@@ -65,7 +65,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"cost above limit", `{"id":"a","provider":"globex","amount":1,"currency":"EUR","cost":6}`, "cost: must be 1..5 for provider globex (its smallest limit), got 6"},
 		{"payload array", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":[1]}`, `payload: must be an object, got "[1]"`},
 		{"payload string", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":"x"}`, `payload: must be an object, got "\"x\""`},
-		{"merchant with a control character", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","merchant":"m\n1"}`, "merchant: must not contain control characters"},
+		{"merchant with a control character", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","merchant":"m\n1"}`, "merchant: must not contain control or format characters"},
 		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)"},
 	}
 	for _, tt := range tests {

@@ -151,6 +151,15 @@ type Options struct {
 	OnAnswer func(status int, throttled bool)
 }
 
+// merchantHeader is the header a job's merchant goes in: merchant_header for a provider with merchants
+// (per_merchant or merchants), none for the others, whose requests stay as they were.
+func merchantHeader(c config.Provider) string {
+	if !c.HasMerchants() {
+		return ""
+	}
+	return c.MerchantHeader
+}
+
 // New builds the client for provider name from its config (keys left out take config's defaults). The
 // auth secret is read from the environment variable the config names; an unset variable is an error
 // (naming the variable, not the secret).
@@ -194,7 +203,7 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		authHeader:     c.AuthHeader,
 		secret:         secret,
 		idemHeader:     c.IdempotencyHeader,
-		merchantHeader: c.MerchantHeader,
+		merchantHeader: merchantHeader(c),
 		retryOn:        append([]int{http.StatusRequestTimeout}, c.RetryOn...),
 		raDefault:      c.RetryAfterDefault,
 		raMax:          c.RetryAfterMax,
@@ -257,7 +266,7 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set(c.idemHeader, j.Key())
-	if j.Merchant != "" {
+	if j.Merchant != "" && c.merchantHeader != "" {
 		req.Header.Set(c.merchantHeader, j.Merchant)
 	}
 	if c.authHeader != "" {

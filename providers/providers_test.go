@@ -510,13 +510,15 @@ func TestAnswered(t *testing.T) {
 	}
 }
 
-// The job's merchant travels in merchant_header (X-Merchant by default), and only when it has one.
+// The job's merchant travels in merchant_header (X-Merchant by default), and only when it has one, to a
+// provider with merchants (per_merchant or merchants); other providers' requests carry no merchant.
 func TestMerchantHeader(t *testing.T) {
 	for _, header := range []string{"", "X-Account"} {
 		rec := &recorder{}
 		srv := httptest.NewServer(rec)
 		c := providerConfig(srv.URL)
 		c.MerchantHeader = header
+		c.PerMerchant = &config.PerMerchant{}
 		cl := newClient(t, c, providers.Options{})
 		without := payment("pay-2")
 		without.Merchant = ""
@@ -536,5 +538,18 @@ func TestMerchantHeader(t *testing.T) {
 		if got, ok := rec.requests[1].Header[http.CanonicalHeaderKey(name)]; ok {
 			t.Errorf("%s on a job without a merchant: %q, want none", name, got)
 		}
+	}
+}
+
+func TestNoMerchantHeaderWithoutMerchants(t *testing.T) {
+	rec := &recorder{}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	cl := newClient(t, providerConfig(srv.URL), providers.Options{})
+	if err := cl.Dispatch(context.Background(), payment("pay-1")); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := rec.requests[0].Header["X-Merchant"]; ok {
+		t.Fatalf("X-Merchant %q to a provider without merchants, want none", got)
 	}
 }

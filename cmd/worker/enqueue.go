@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,15 +84,26 @@ func enqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		var names []string
 		if *merchants != "" {
-			names = strings.Split(*merchants, ",")
+			for m := range strings.SplitSeq(*merchants, ",") {
+				if m = strings.TrimSpace(m); m == "" {
+					return usageError{fmt.Errorf("enqueue: --merchant %q: an empty merchant in the list", *merchants)}
+				}
+				names = append(names, m)
+			}
 		}
 		for i := range *count {
 			merchant := fmt.Sprintf("m_%d", i%50)
 			if names != nil {
 				merchant = names[i%len(names)]
 			}
-			body := fmt.Appendf(nil, `{"id":%q,"provider":%q,"amount":%d,"currency":"EUR","merchant":%q,"cost":%d}`,
-				fmt.Sprintf("%s-%d", *prefix, i), *provider, 100+i%9900, merchant, *cost)
+			body, _ := json.Marshal(struct {
+				ID       string `json:"id"`
+				Provider string `json:"provider"`
+				Amount   int    `json:"amount"`
+				Currency string `json:"currency"`
+				Merchant string `json:"merchant"`
+				Cost     int64  `json:"cost"`
+			}{fmt.Sprintf("%s-%d", *prefix, i), *provider, 100 + i%9900, "EUR", merchant, *cost})
 			j, err := job.Decode(body, maxCost)
 			if err != nil {
 				return usageError{fmt.Errorf("enqueue: %w", err)}

@@ -613,7 +613,10 @@ func (p *Provider) announce(h http.Header) {
 	remaining := func(w Window) (int, int64) {
 		in := p.counted(p.accepted, now, w.Per)
 		reset := int64(0)
-		if len(in) > 0 {
+		switch {
+		case len(in) > 0 && p.o.Calendar: // the window's count resets at its end
+			reset = secs(calendarStart(now, w.Per).Add(w.Per).Sub(now))
+		case len(in) > 0:
 			reset = secs(in[0].Add(w.Per).Sub(now))
 		}
 		return max(0, w.Limit-len(in)), reset

@@ -8,7 +8,7 @@ GO ?= go
 # job decoder, from the seed corpus in job/testdata/fuzz.
 test: services fmt vet
 	$(GO) test -race -count=1 -timeout 5m $$($(GO) list ./... | grep -v '/cmd/worker$$')
-	$(GO) test -race -count=1 -timeout 8m -skip '^TestFault' ./cmd/worker
+	$(GO) test -race -count=1 -timeout 12m -skip '^TestFault' ./cmd/worker
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./job
 	$(MAKE) test-faults
 

@@ -454,7 +454,7 @@ func TestFaultKafka(t *testing.T) {
 	f.env2 = append(f.env2, "PAYGATE_REDIS_ADDRS="+rp.addr())
 	victim := f.startWorker()
 	f.startWorker()
-	f.waitFor("both workers in the group", 30*time.Second, func() bool { return f.joined() >= 3 })
+	f.waitFor("both workers in the group", 30*time.Second, f.inGroup)
 	f.enqueue("acme", 300, "j")
 	f.waitAccepted("acme", 40, time.Minute)
 	rp.do("SCRIPT", "FLUSH")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -55,6 +56,31 @@ func newKafkaFleet(t *testing.T, ps ...simProvider) (*fleet, string) {
 }
 
 // joined counts the consumer-group generations the workers have logged.
+// inGroup reports whether every worker started has joined the group, all in the same (their latest)
+// generation: n workers starting together may all join the first generation that holds them, or join one
+// by one, each join a new generation.
+func (f *fleet) inGroup() bool {
+	latest := map[int64]int{}
+	for i := range f.workers {
+		b, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("worker-%d.log", i)))
+		gen := int64(-1)
+		for line := range strings.SplitSeq(string(b), "\n") {
+			var l struct {
+				Msg        string
+				Generation int64
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "kafka group generation joined" {
+				gen = l.Generation
+			}
+		}
+		if gen < 0 {
+			return false
+		}
+		latest[gen]++
+	}
+	return len(latest) == 1
+}
+
 func (f *fleet) joined() int {
 	logs, _ := filepath.Glob(filepath.Join(f.dir, "worker-*.log"))
 	n := 0
@@ -120,7 +146,7 @@ func TestKafkaRunAcceptance(t *testing.T) {
 	f.margin = 30 * time.Millisecond
 	f.startWorker()
 	f.startWorker()
-	f.waitFor("both workers in the group", 30*time.Second, func() bool { return f.joined() >= 3 })
+	f.waitFor("both workers in the group", 30*time.Second, f.inGroup)
 	time.Sleep(time.Second) // let the group settle
 	// The backlog arrives at once (one confirmed batch), so that the first window is not measured half
 	// empty while jobs trickle in; enqueue's own path on Kafka is covered by TestKafkaFleetWithRebalance.
@@ -166,7 +192,7 @@ func TestKafkaFleetWithRebalance(t *testing.T) {
 	for range 3 {
 		f.startWorker()
 	}
-	f.waitFor("the group", 30*time.Second, func() bool { return f.joined() >= 3 })
+	f.waitFor("the group", 30*time.Second, f.inGroup)
 	f.enqueue("alpha", 200, "a") // 10 x the 1s window, 2.5 x the 5s one
 	f.enqueue("beta", 300, "b")
 	for _, bad := range []string{"", "{", `{"id":"x","provider":"alpha","amount":1.5,"currency":"EUR"}`} {

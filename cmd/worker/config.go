@@ -94,5 +94,19 @@ func capacity(c *config.Config) (lines []string, warn []string) {
 		fill := time.Duration(float64(handlers) / rate * float64(time.Second)).Round(time.Millisecond)
 		lines = append(lines, fmt.Sprintf("%s: %.4g/s paced; one process's %d handlers fill it while a request takes under %s; more processes add up", name, rate, handlers, fill))
 	}
+	for _, name := range c.ProviderNames() {
+		if !c.Providers[name].HasMerchants() || c.Broker.Kind != "rabbitmq" {
+			continue
+		}
+		// The handlers hold their jobs while they wait for a slot: fair shares reorder what is read ahead
+		// beyond them.
+		if ahead := c.Broker.RabbitMQ.Prefetch - c.Worker.Concurrency; ahead > 0 {
+			lines = append(lines, fmt.Sprintf("%s: fair shares between merchants over %d deliveries per process waiting their turn (prefetch %d - concurrency %d)",
+				name, ahead, c.Broker.RabbitMQ.Prefetch, c.Worker.Concurrency))
+		} else {
+			warn = append(warn, fmt.Sprintf("%s has fair shares between merchants, but broker.rabbitmq.prefetch %d leaves no delivery waiting its turn beyond worker.concurrency %d: raise prefetch well above the concurrency",
+				name, c.Broker.RabbitMQ.Prefetch, c.Worker.Concurrency))
+		}
+	}
 	return lines, warn
 }

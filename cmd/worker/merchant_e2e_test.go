@@ -167,3 +167,19 @@ func countPrefix(keys []string, prefix string) int {
 	}
 	return n
 }
+
+// check-config says what fair shares reorder: the deliveries read ahead beyond the handlers, and warns
+// when the prefetch leaves none.
+func TestCheckConfigFairShares(t *testing.T) {
+	cfg := testConfig(t, fivePer3s+"    per_merchant: {limits: [{requests: 2, per: 3s}]}\n    merchants: {Big: {weight: 3}}\n")
+	r := worker(t, nil, "check-config", "--config", cfg)
+	if r.code != 0 || !strings.Contains(r.stdout, "per merchant 2/3s,1 named merchants") || !strings.Contains(r.stdout, "fair shares between merchants") ||
+		!strings.Contains(r.stdout, "acme: fair shares between merchants over 16 deliveries per process waiting their turn (prefetch 32 - concurrency 16)") ||
+		strings.Contains(r.stdout, "warning") {
+		t.Fatalf("check-config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = worker(t, []string{"PAYGATE_BROKER_RABBITMQ_PREFETCH=16"}, "check-config", "--config", cfg)
+	if want := "warning: acme has fair shares between merchants, but broker.rabbitmq.prefetch 16 leaves no delivery waiting its turn"; r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Fatalf("check-config with prefetch 16: exit %d, want %q\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+}

@@ -40,6 +40,14 @@ func leased(delay time.Duration, lease string) answer {
 func full(retryAfter time.Duration) answer { // the in-flight cap is full
 	return answer{v: gate.Verdict{RetryAfter: retryAfter, InFlight: true, Limit: gate.Policy{Limit: 1, Window: time.Minute}}}
 }
+
+// relimited is an admission a minute ahead whose slot the live limits void 20ms later (NoteLimits).
+func relimited() answer {
+	return answer{v: gate.Verdict{Allowed: true, Delay: time.Minute}, during: func(w *consumers.Worker, v gate.Verdict) {
+		go func() { time.Sleep(20 * time.Millisecond); w.NoteLimits("acme", v.Now.Add(time.Millisecond)) }()
+	}}
+}
+
 func deny(retryAfter time.Duration) answer {
 	return answer{v: gate.Verdict{RetryAfter: retryAfter, Limit: gate.Policy{Limit: 1, Window: time.Minute}}}
 }
@@ -283,9 +291,7 @@ func TestOutcomes(t *testing.T) {
 
 		// live limits changed under the slot -> woken at once, slot given up, asked again (NoteLimits)
 		{name: "live limits changed while it slept on its slot (NoteLimits): woken, given back, asked again, sent",
-			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Minute}, during: func(w *consumers.Worker, v gate.Verdict) {
-				go func() { time.Sleep(20 * time.Millisecond); w.NoteLimits("acme", v.Now.Add(time.Millisecond)) }()
-			}}, allow(0)},
+			gate:  []answer{relimited(), allow(0)},
 			want:  []settled{{kind: "ack"}},
 			calls: calls{reserve: 2, release: 1, dispatch: 1},
 			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
@@ -297,10 +303,8 @@ func TestOutcomes(t *testing.T) {
 				}
 			}},
 		{name: "a merchant's job: its merchant is asked for, and given back with a void slot",
-			body: []byte(`{"id":"pay-1","provider":"acme","amount":1,"currency":"EUR","cost":2,"merchant":"acct_1AbC"}`),
-			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Minute}, during: func(w *consumers.Worker, v gate.Verdict) {
-				go func() { time.Sleep(20 * time.Millisecond); w.NoteLimits("acme", v.Now.Add(time.Millisecond)) }()
-			}}, allow(0)},
+			body:  []byte(`{"id":"pay-1","provider":"acme","amount":1,"currency":"EUR","cost":2,"merchant":"acct_1AbC"}`),
+			gate:  []answer{relimited(), allow(0)},
 			want:  []settled{{kind: "ack"}},
 			calls: calls{reserve: 2, release: 1, dispatch: 1},
 			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {

@@ -850,20 +850,13 @@ func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Fie
 // merchantLabel is a job's merchant as paygate_merchant_jobs_total names it: a merchant named in the
 // configuration (named), merchantOther, or merchantNone (no merchant, or no job).
 func merchantLabel(named map[string]int, j *job.Job) string {
-	switch _, ok := named[jobMerchant(j)]; {
-	case jobMerchant(j) == "":
+	if j == nil || j.Merchant == "" {
 		return job.MerchantNone
-	case ok:
+	}
+	if _, ok := named[j.Merchant]; ok {
 		return j.Merchant
 	}
 	return job.MerchantOther
-}
-
-func jobMerchant(j *job.Job) string {
-	if j == nil {
-		return ""
-	}
-	return j.Merchant
 }
 
 // Sleep waits d or until ctx is done; it reports whether the full wait passed.

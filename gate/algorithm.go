@@ -1,8 +1,11 @@
 package gate
 
 import (
+	"context"
+	"crypto/sha1"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -113,24 +116,93 @@ func merchantKeys(tag, merchant string, algo Algorithm, policies []Policy, margi
 // GCRA, ...) keep a few numbers per limit whatever the limit and the cost.
 const MaxSlidingLogLimit = 100_000
 
-// sources are the algorithms' scripts: family.lua (checks, ids, duplicates, moves, pause, pace, warm-up,
-// release, status) followed by the algorithm's own counting.
-var sources = map[Algorithm]string{
-	SlidingLog:    lua.Family + lua.SlidingLog,
-	SlidingWindow: lua.Family + lua.SlidingWindow,
-	TokenBucket:   lua.Family + lua.TokenBucket,
-	GCRA:          lua.Family + lua.GCRA,
-	FixedWindow:   lua.Family + lua.FixedWindow,
-	LeakyBucket:   lua.Family + lua.LeakyBucket,
+// family is one algorithm's script: family.lua (checks, ids, duplicates, moves, pause, pace, warm-up,
+// release, status) followed by the algorithm's own counting, and the line that runs it.
+//
+// It runs as a Redis Function where the server has them (Redis 7 and later): FUNCTION LOAD once, then FCALL.
+// A function's library is run once, when it is loaded, so the script's definitions (some 80 functions) are
+// made once instead of on every call, as EVALSHA does: about half of a decision's time inside Redis at cost 1
+// (see BENCHMARKS.md). Elsewhere (miniredis, older Redis) the same source runs with EVALSHA.
+type family struct {
+	src  string        // the source with `return paygate(eval_args())`
+	eval *redis.Script // src
+	// lib is FUNCTION LOAD's source: the library fn, registering the function fn
+	lib string
+	// fn is paygate_<algorithm>_<12 hex of the source's SHA-1>: workers of two versions (a rolling upgrade)
+	// each call their own
+	fn string
 }
 
-var scripts = func() map[Algorithm]*redis.Script {
-	m := make(map[Algorithm]*redis.Script, len(sources))
-	for a, src := range sources {
-		m[a] = redis.NewScript(src)
+func newFamily(a Algorithm, part string) *family {
+	src := lua.Family + part
+	sum := sha1.Sum([]byte(src))
+	fn := fmt.Sprintf("paygate_%s_%x", a, sum[:6])
+	evalSrc := src + "\nreturn paygate(eval_args())\n"
+	return &family{
+		src:  evalSrc,
+		eval: redis.NewScript(evalSrc),
+		lib:  "#!lua name=" + fn + "\n" + src + "\nredis.register_function('" + fn + "', paygate)\n",
+		fn:   fn,
 	}
-	return m
-}()
+}
+
+var families = map[Algorithm]*family{
+	SlidingLog:    newFamily(SlidingLog, lua.SlidingLog),
+	SlidingWindow: newFamily(SlidingWindow, lua.SlidingWindow),
+	TokenBucket:   newFamily(TokenBucket, lua.TokenBucket),
+	GCRA:          newFamily(GCRA, lua.GCRA),
+	FixedWindow:   newFamily(FixedWindow, lua.FixedWindow),
+	LeakyBucket:   newFamily(LeakyBucket, lua.LeakyBucket),
+}
+
+// functions is what runs the family as a Redis Function; every go-redis client has it.
+type functions interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	FunctionLoad(ctx context.Context, code string) *redis.StringCmd
+}
+
+// runFamily runs f with keys and args: FCALL, loading the library first where the server lacks it (a new
+// server, or one restarted empty), or EVALSHA where the server has no functions. The script's own error
+// replies are returned as they are.
+func (l *Limiter) runFamily(ctx context.Context, f *family, keys []string, args []any) *redis.Cmd {
+	if l.fn != nil && !l.evalOnly.Load() {
+		cmd := l.fn.FCall(ctx, f.fn, keys, args...)
+		err := cmd.Err()
+		if err == nil || !isNoFunction(err) {
+			return cmd
+		}
+		lerr := l.loadFamily(ctx, f)
+		if lerr == nil {
+			return l.fn.FCall(ctx, f.fn, keys, args...)
+		}
+		if s := lerr.Error(); strings.Contains(s, "unknown command") || strings.HasPrefix(s, "NOPERM") {
+			l.evalOnly.Store(true) // no functions here, or not allowed to load one: EVALSHA from now on
+		}
+		// otherwise (Redis unreachable, say) this call alone goes by EVALSHA, and meets the same fate
+	}
+	return f.eval.Run(ctx, l.rdb, keys, args...)
+}
+
+// isNoFunction tells a missing function or a server without functions from every other error.
+func isNoFunction(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "ERR Function not found") || strings.Contains(s, "unknown command")
+}
+
+// loadFamily loads f's library on the server, or on every primary of a Redis Cluster: FCALL goes where its
+// keys are. A library already there (another worker loaded it) is no error.
+func (l *Limiter) loadFamily(ctx context.Context, f *family) error {
+	load := func(ctx context.Context, c functions) error {
+		if err := c.FunctionLoad(ctx, f.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+			return err
+		}
+		return nil
+	}
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, l.fn)
+}
 
 // keysFor names a provider's keys: the id record (sliding_log's log), pause and sent first, then the
 // algorithm's own state. tag is "<prefix>:{<provider>}:".

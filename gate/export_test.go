@@ -6,7 +6,7 @@ import "time"
 // which run altered copies of the script (TestFailedDecisionWritesNothing).
 func ScriptOf(l *Limiter, name string) (src string, keys []string, args []any) {
 	p := *l.providers[name].cur.Load()
-	return sources[p.algo], p.keys, p.appendArgv(nil, p.inForce.Load(), nil)
+	return families[p.algo].src, p.keys, p.appendArgv(nil, p.inForce.Load(), nil)
 }
 
 // SetMarginTiming shortens how long a widened margin holds and a lateness report counts, for tests.

@@ -175,7 +175,9 @@ type Options struct {
 // Limiter is the gate. It is safe for concurrent use; its state lives in Redis.
 type Limiter struct {
 	rdb       redis.Scripter
-	pauses    string // the channel pauses are announced on
+	fn        functions   // rdb, when it can FCALL
+	evalOnly  atomic.Bool // the server has no functions: EVALSHA
+	pauses    string      // the channel pauses are announced on
 	margin    time.Duration
 	stale     int64 // µs
 	providers map[string]*live
@@ -204,11 +206,13 @@ type live struct {
 
 type provider struct {
 	algo     Algorithm
-	script   *redis.Script // family.lua with the algorithm's part
+	script   *family // family.lua with the algorithm's part
 	policies []Policy
 	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, merchants, limits, flight, pace, epoch
-	// ARGV[18..]: limit, window µs per policy (ARGV[7..17]: provider.appendArgv)
-	policyArgs []any
+	// policyText is the settings' tail (family.lua's S[11..]): " limit window" (µs) per policy; settings
+	// keeps the settings without a merchant's limits under the margin last asked for (provider.settings)
+	policyText string
+	settings   *atomic.Pointer[settingsAt]
 	// nalgo is how many keys come before the merchants' registry: a merchant's own keys go there
 	nalgo int
 	// tag is the provider's key prefix (<prefix>:{<name>}:); keyMargin the margin its keys are named by
@@ -243,7 +247,7 @@ type provider struct {
 // merchantLimits are a merchant's policies (Provider.PerMerchant, or its own in Provider.Merchants).
 type merchantLimits struct {
 	policies []Policy
-	args     []any // limit, window µs per policy
+	text     string // " limit window" (µs) per policy, as in the settings (provider.policyText)
 	minLimit int64
 }
 
@@ -285,16 +289,41 @@ func (p provider) keysFor(mc *merchantCall) []string {
 	return append(append(append(keys, p.keys[:p.nalgo]...), mc.keys...), p.keys[p.nalgo:]...)
 }
 
-// appendArgv appends ARGV[7..] for a decision under margin m (µs): margin, dedup, buckets, warm-up, pace,
-// tolerance, max in flight, lease, the live limits' version, the merchant and how many policies are its,
-// then the provider's policies and the merchant's.
+// appendArgv appends ARGV[7..8] for a decision under margin m (µs): the merchant, and the settings (see
+// family.lua's header).
 func (p provider) appendArgv(argv []any, m int64, mc *merchantCall) []any {
-	pace, tolerance := p.paceAt(m)
-	argv = append(argv, m, p.dedup, p.buckets, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version)
 	if mc == nil {
-		return append(append(argv, "", 0), p.policyArgs...)
+		return append(argv, "", p.settingsAt(m, nil))
 	}
-	return append(append(append(argv, mc.name, len(mc.limits.policies)), p.policyArgs...), mc.limits.args...)
+	return append(argv, mc.name, p.settingsAt(m, mc.limits))
+}
+
+// settingsAt is a provider's settings string under margin m, for a merchant with the limits ml (nil: none):
+// margin, dedup, buckets, warm-up, pace, tolerance, max in flight, lease, the live limits' version, how many
+// policies are the merchant's, then the provider's policies and the merchant's. Without a merchant's limits
+// it is kept for the margin last asked for: a string the script has seen is parsed there only once.
+func (p provider) settingsAt(m int64, ml *merchantLimits) string {
+	s := p.settings.Load()
+	if s == nil || s.m != m {
+		pace, tolerance := p.paceAt(m)
+		b := make([]byte, 0, 128)
+		for _, v := range [...]int64{m, p.dedup, int64(p.buckets), p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version} {
+			b = append(strconv.AppendInt(b, v, 10), ' ')
+		}
+		s = &settingsAt{m: m, head: string(b), s: string(b) + "0" + p.policyText}
+		p.settings.Store(s)
+	}
+	if ml == nil || len(ml.policies) == 0 {
+		return s.s
+	}
+	return s.head + strconv.Itoa(len(ml.policies)) + p.policyText + ml.text
+}
+
+// settingsAt is a provider's settings under margin m: head is its first nine numbers (and a space), s the
+// whole string for a job without a merchant's limits.
+type settingsAt struct {
+	m       int64
+	head, s string
 }
 
 // paceAt is the pace and the burst tolerance in µs under margin m (0, 0: not paced).
@@ -334,7 +363,8 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.MarginMax < 0 || opts.MarginMax > MaxWindow {
 		return nil, fmt.Errorf("gate: margin ceiling must be 0..%s, got %s", MaxWindow, opts.MarginMax)
 	}
-	l := &Limiter{rdb: rdb, pauses: opts.Prefix + ":pauses", margin: max(opts.Margin, opts.MarginMax), stale: micros(opts.StaleAfter), providers: make(map[string]*live, len(opts.Providers)),
+	fn, _ := rdb.(functions)
+	l := &Limiter{rdb: rdb, fn: fn, pauses: opts.Prefix + ":pauses", margin: max(opts.Margin, opts.MarginMax), stale: micros(opts.StaleAfter), providers: make(map[string]*live, len(opts.Providers)),
 		opts: opts, dedup: dedup, hold: marginHold, fresh: marginFresh}
 	for name, spec := range opts.Providers {
 		p, err := newProvider(opts, name, spec, dedup, 0)
@@ -363,7 +393,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 	if algo == "" {
 		algo = SlidingLog
 	}
-	p := provider{algo: algo, script: scripts[algo], policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit, source: SourceConfig}
+	p := provider{algo: algo, script: families[algo], policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit, source: SourceConfig}
 	if p.script == nil {
 		return provider{}, fmt.Errorf("gate: provider %s: unknown algorithm %q", name, algo)
 	}
@@ -419,7 +449,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 		p.burst = 0 // a burst of the whole limit turns pacing off: no pace is kept (two Redis calls fewer)
 	}
 	for _, pol := range policies {
-		p.policyArgs = append(p.policyArgs, pol.Limit, micros(pol.Window))
+		p.policyText += fmt.Sprintf(" %d %d", pol.Limit, micros(pol.Window))
 	}
 	p.configMin = p.minLimit
 	p.floor, p.ceiling = micros(margin), micros(max(margin, opts.MarginMax))
@@ -433,6 +463,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 		p.dedup = micros(longest) + p.ceiling
 	}
 	p.inForce = &atomic.Int64{}
+	p.settings = &atomic.Pointer[settingsAt]{}
 	p.inForce.Store(p.floor)
 	tag := opts.Prefix + ":{" + name + "}:"
 	p.tag, p.keyMargin = tag, margin
@@ -479,7 +510,7 @@ func (p *provider) buildMerchants(name string, spec Provider, margin time.Durati
 		}
 		ml := &merchantLimits{policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit}
 		for _, pol := range policies {
-			ml.args = append(ml.args, pol.Limit, micros(pol.Window))
+			ml.text += fmt.Sprintf(" %d %d", pol.Limit, micros(pol.Window))
 			ml.minLimit = min(ml.minLimit, pol.Limit)
 		}
 		return ml, nil
@@ -1105,9 +1136,9 @@ func (l *Limiter) run(ctx context.Context, p provider, mc *merchantCall, op stri
 
 // runAt calls the provider's script under margin m (µs).
 func (l *Limiter) runAt(ctx context.Context, p provider, m int64, mc *merchantCall, op string, jobID string, args ...any) *redis.Cmd {
-	argv := make([]any, 0, 2+len(args)+11+len(p.policyArgs)+8)
+	argv := make([]any, 0, 2+len(args)+2)
 	argv = append(append(argv, op, jobID), args...)
-	return p.script.Run(ctx, l.rdb, p.keysFor(mc), p.appendArgv(argv, m, mc)...)
+	return l.runFamily(ctx, p.script, p.keysFor(mc), p.appendArgv(argv, m, mc))
 }
 
 // checkID refuses a job id the scripts would refuse: empty, longer than MaxIDLen, or with a NUL (the

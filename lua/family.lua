@@ -1,8 +1,8 @@
 -- family.lua: paygate's gate, the one driver every algorithm runs under, as one script with the algorithm's
 -- own file appended (sliding_log.lua, sliding_window.lua, token_bucket.lua, gcra.lua, fixed_window.lua,
 -- leaky_bucket.lua): input checks, the id record (duplicates, moves, release), the pause, the pace, the
--- warm-up, the Redis clock, and the three operations. The algorithm's file fills the table `algo` (see "The
--- algorithm's part" below) and ends with `return run()`.
+-- warm-up, the Redis clock, and the operations. The algorithm's file fills the table `algo` (see "The
+-- algorithm's part" below); gate.go appends the line that runs paygate() (see the end).
 --
 -- KEYS[1] -> <prefix>:{<provider>}:ids    ZSET   the id record, score = slot (µs, Redis clock); kept until
 --                                                slot + dedup. One member per unit of cost when the
@@ -13,17 +13,17 @@
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
 --                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
 -- KEYS[4..#KEYS-5] -> the algorithm's state, all with the provider's hash tag (see its file): the
---                                                provider's, then the merchant's (ARGV[16]) when it has
---                                                limits of its own (ARGV[17] > 0; only for algorithms
+--                                                provider's, then the merchant's (ARGV[7]) when it has
+--                                                limits of its own (S[10] > 0; only for algorithms
 --                                                that set algo.merchants)
--- KEYS[#KEYS-4] -> <prefix>:{<provider>}:merchants ZSET the merchants seen: member = merchant (ARGV[16]),
+-- KEYS[#KEYS-4] -> <prefix>:{<provider>}:merchants ZSET the merchants seen: member = merchant (ARGV[7]),
 --                                                score = its newest admission's slot (µs); kept until that
 --                                                slot plus a minute (or dedup, if longer)
 -- KEYS[#KEYS-3] -> <prefix>:{<provider>}:limits HASH the live limits (limits.lua): only its version is read
--- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (ARGV[13]): member =
+-- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (S[7]): member =
 --                                                id.."\0"..now_us of the admission that took it
 --                                                (id.."\0d"..now_us for a duplicate let go), score = when
---                                                the lease lapses (µs): its slot plus ARGV[14]. land.lua
+--                                                the lease lapses (µs): its slot plus S[8]. land.lua
 --                                                ends one
 -- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
 -- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch:<shape>  STRING when this provider's state began (µs); never
@@ -37,35 +37,38 @@
 --            caller was admitted at, 0 for wherever the id is
 -- ARGV[5] -> stale µs: a duplicate whose slot is more than this before now is moved; 0: never (reserve)
 -- ARGV[6] -> force: 1 admits now whatever the budget (token_bucket only; see its file), else 0
--- ARGV[7] -> margin µs (each algorithm says how it applies it)
--- ARGV[8] -> dedup µs: an admitted id is remembered until its slot plus this (> 0; sliding_log: its longest
---            window plus margin, as its log must hold that much)
--- ARGV[9] -> buckets: sub-windows per window (sliding_window), else 0
--- ARGV[10] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
---             persistence, or this is the provider's first decision), reserve pauses the provider this
---             long before anything is admitted, and announces it on <prefix>:pauses as
---             "<provider> <until_us> <now_us>": a worker holding a reservation decided before now_us
---             holds one the state no longer knows, and must not use it; 0: off
--- ARGV[11] -> pace µs per unit of cost (0: not paced): reserve never gives a slot before the pace's arrival
---             time KEYS[#KEYS-1] less the tolerance, and an admission of cost c at slot s moves that time to
---             max(it, s) + c * pace (a GCRA over slots), so that slots come a pace apart rather than a
---             window's worth at one instant
--- ARGV[12] -> tolerance µs: (burst - 1) * pace
--- ARGV[13] -> max in flight (0: no cap): reserve admits a job only while fewer than this many leases stand
---             (unlapsed members of KEYS[#KEYS-2]), and takes a lease of its own with the admission, in
---             the same step; a cap that is full denies with in_flight 1. Every admission takes a new
---             lease: a redelivery's earlier delivery may still be in flight on the old one
--- ARGV[14] -> lease µs: a lease lapses this long after its slot (the provider's timeout plus a slack), so
---             that a worker that died holding one gives it back by itself
--- ARGV[15] -> the version of the live limits (KEYS[#KEYS-3]'s version, 0 when absent) the caller built the
---             policies below from: when the version in force differs, the call is refused before anything
---             is read or written, with the error "PAYGATE_LIMITS <version in force>"; the caller reads the
---             live limits (limits.lua 'show') and calls again
--- ARGV[16] -> the job's merchant ('' for none): an admission records it in KEYS[#KEYS-4]
--- ARGV[17] -> M: how many of the policies below are the merchant's (the last M; 0: none); a job is
---             admitted only at a slot where the provider's policies and the merchant's all have room. The
---             merchant's are counted over its own state (keys above), with the same margin
--- ARGV[18], ARGV[19] -> limit, window µs of policy 0; ARGV[20], ARGV[21] -> policy 1; and so on
+-- ARGV[7] -> the job's merchant ('' for none): an admission records it in KEYS[#KEYS-4]
+-- ARGV[8] -> the settings S: whole numbers >= 0 separated by single spaces, S[1] S[2] ... as below. They
+--            change only with the configuration, the live limits or the margin in force, so a function
+--            parses each settings string it meets once and keeps the result (up to 64 of them at a time)
+-- S[1] -> margin µs (each algorithm says how it applies it)
+-- S[2] -> dedup µs: an admitted id is remembered until its slot plus this (> 0; sliding_log: its longest
+--          window plus margin, as its log must hold that much)
+-- S[3] -> buckets: sub-windows per window (sliding_window), else 0
+-- S[4] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
+--          persistence, or this is the provider's first decision), reserve pauses the provider this
+--          long before anything is admitted, and announces it on <prefix>:pauses as
+--          "<provider> <until_us> <now_us>": a worker holding a reservation decided before now_us
+--          holds one the state no longer knows, and must not use it; 0: off
+-- S[5] -> pace µs per unit of cost (0: not paced): reserve never gives a slot before the pace's arrival
+--          time KEYS[#KEYS-1] less the tolerance, and an admission of cost c at slot s moves that time to
+--          max(it, s) + c * pace (a GCRA over slots), so that slots come a pace apart rather than a
+--          window's worth at one instant
+-- S[6] -> tolerance µs: (burst - 1) * pace
+-- S[7] -> max in flight (0: no cap): reserve admits a job only while fewer than this many leases stand
+--          (unlapsed members of KEYS[#KEYS-2]), and takes a lease of its own with the admission, in
+--          the same step; a cap that is full denies with in_flight 1. Every admission takes a new
+--          lease: a redelivery's earlier delivery may still be in flight on the old one
+-- S[8] -> lease µs: a lease lapses this long after its slot (the provider's timeout plus a slack), so
+--          that a worker that died holding one gives it back by itself
+-- S[9] -> the version of the live limits (KEYS[#KEYS-3]'s version, 0 when absent) the caller built the
+--          policies below from: when the version in force differs, the call is refused before anything
+--          is read or written, with the error "PAYGATE_LIMITS <version in force>"; the caller reads the
+--          live limits (limits.lua 'show') and calls again
+-- S[10] -> M: how many of the policies below are the merchant's (the last M; 0: none); a job is
+--          admitted only at a slot where the provider's policies and the merchant's all have room. The
+--          merchant's are counted over its own state (keys above), with the same margin
+-- S[11], S[12] -> limit, window µs of policy 0; S[13], S[14] -> policy 1; and so on
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -87,7 +90,7 @@
 --                   everything stays as it was. No budget is spent twice, and whichever of the two requests
 --                   the provider counts, the record covers it: no later slot can precede the new one.
 --   reset_after_us  time until the budget is entirely unused if nothing more is admitted (algo.reset_after)
---   in_flight       1: denied because ARGV[13] leases stand (retry_after_us: until the first lapses; one
+--   in_flight       1: denied because S[7] leases stand (retry_after_us: until the first lapses; one
 --                   usually ends sooner, announced by land.lua); nothing was spent
 --   lease           the lease the admission took: 0 none (no cap), 1 id.."\0"..now_us, 2 id.."\0d"..now_us
 --                   (a duplicate let go)
@@ -107,7 +110,8 @@
 -- writes are split so that no call passes Lua's unpack limit (8000 values).
 --
 -- The algorithm's part fills `algo`:
---   algo.merchants            true: counts a merchant's policies (ARGV[17] > 0) over keys of its own
+--   algo.init()               set the algorithm's per-call state (see begin), before anything else
+--   algo.merchants            true: counts a merchant's policies (S[10] > 0) over keys of its own
 --   algo.fcfs                 true: a new slot is never before the newest slot in the id record
 --   algo.per_unit             true: the id record holds one member per unit of cost (sliding_log)
 --   algo.load(trim)           read the state; trim: also drop (queue the deletion of) what no decision can
@@ -127,66 +131,115 @@
 -- Numbers Redis parses as integers (HSET of counts, PEXPIRE, scores) are formatted with %d; fractions (a
 -- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
 
-local ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
-local merchants, live, flight, pace_key, epoch = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
-local op, id = ARGV[1], ARGV[2]
-
--- Every check before anything is read or written: a bad call is an error reply and changes nothing.
-local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
-if op ~= 'reserve' and op ~= 'release' and op ~= 'status' and op ~= 'merchants' then
-  return bad('op must be reserve, release, status or merchants', op)
-end
-if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
-  return bad('job id must be 1..600 bytes without NUL; length', #id)
-end
-local merchant = ARGV[16] or ''
-if #merchant > 600 then return bad('merchant must be at most 600 bytes; length', #merchant) end
-for i = 3, #ARGV do
-  local x = tonumber(ARGV[i])
-  if i ~= 16 and (not x or x < 0 or x ~= math.floor(x)) then return bad('ARGV[' .. i .. '] must be a whole number >= 0', ARGV[i]) end
-end
-if (#ARGV - 17) < 2 or (#ARGV - 17) % 2 ~= 0 then return bad('want limit, window pairs after ARGV[17]; arguments', #ARGV) end
-
-local cost = tonumber(ARGV[3])
-local arg4 = tonumber(ARGV[4])
-local stale = tonumber(ARGV[5])
-local forced = ARGV[6] == '1'
-local margin = tonumber(ARGV[7])
-local dedup = tonumber(ARGV[8])
-local buckets = tonumber(ARGV[9])
-local warmup = tonumber(ARGV[10])
-local pace, tolerance = tonumber(ARGV[11]), tonumber(ARGV[12])
-local max_flight, lease = tonumber(ARGV[13]), tonumber(ARGV[14])
-local M = tonumber(ARGV[17])
-
-local limits, windows = {}, {}
-for i = 18, #ARGV, 2 do
-  limits[#limits + 1] = tonumber(ARGV[i])
-  windows[#windows + 1] = tonumber(ARGV[i + 1])
-  if limits[#limits] < 1 or windows[#windows] < 1 then return bad('limits and windows must be >= 1', ARGV[i] .. '/' .. ARGV[i + 1]) end
-  if op == 'reserve' and (cost < 1 or cost > limits[#limits]) then
-    return redis.error_reply('ERR paygate: cost ' .. ARGV[3] .. ' must be 1..' .. ARGV[i] .. ' (limit ' .. ARGV[i] .. ' per ' .. ARGV[i + 1] .. 'µs)')
-  end
-end
-local P = #limits
-if M >= P or (M > 0 and merchant == '') then return bad('merchant policies must be fewer than all, and need a merchant', M) end
-local PP = P - M -- the provider's policies are 1..PP; the merchant's PP+1..P
+-- The script runs as a Redis Function where the server has them (gate.go: FUNCTION LOAD once, then FCALL),
+-- else with EVALSHA: the same source, with an entry line gate.go appends (paygate(KEYS, ARGV)). As a
+-- function, everything at the top level of this file and the algorithm's runs once, when the library is
+-- loaded, and lives on between calls. So the top level only defines functions and constants (and reads no
+-- global: a library being loaded has only `redis`); every
+-- per-call value is one of the locals below, and begin() (or the algorithm's algo.init()) sets every one
+-- of them at the start of each call: nothing a call sees is left from an earlier one.
+-- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals below
+-- that take their names; a function has no such globals and never calls it).
+local function eval_args() return KEYS, ARGV end
+local KEYS, ARGV
+local ids, pause, sent, merchants, live, flight, pace_key, epoch
+local op, id, merchant
+local cost, arg4, stale, forced, margin, dedup, buckets, warmup, pace, tolerance, max_flight, lease, M
+local conf, limits, windows, P, PP -- conf: the settings' table (see parse_settings), the algorithm may keep what it derives from them there
 -- upto: the policies algo.earliest looks at (1..upto): the provider's first, then all (see run)
-local upto = PP
+local upto
 -- merchant_counted: the job being released or moved was counted by the merchant's counters in this call's
 -- keys (its marker is in the id record; see merchant_marker): only then do its units go back there.
-local merchant_counted = false
--- The live limits: decided under limits that are no longer in force, the call is refused (see ARGV[15]).
-local version = redis.call('HGET', live, 'version') or '0'
-if version ~= ARGV[15] then return redis.error_reply('PAYGATE_LIMITS ' .. version) end
+local merchant_counted
+local now, writes, seen_for
+local newest_read, newest_value -- newest_slot's cache
+local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
+
+-- settings are the settings strings (ARGV[8]) a function has parsed, by string: kept between its calls,
+-- up to 64 (then it starts afresh). Their tables are never changed.
+local settings, nsettings = {}, 0
+
+-- parse_settings parses a settings string (see the header): its table, or nil and what is wrong.
+local function parse_settings(str)
+  local x = {}
+  for w in string.gmatch(str, '%S+') do
+    local v = tonumber(w)
+    if not v or v < 0 or v % 1 ~= 0 then return nil, 'settings must be whole numbers >= 0, got ' .. w end
+    x[#x + 1] = v
+  end
+  if #x < 12 or #x % 2 ~= 0 then return nil, 'settings must be 10 numbers then limit, window pairs, got ' .. #x end
+  local c = {margin = x[1], dedup = x[2], buckets = x[3], warmup = x[4], pace = x[5], tolerance = x[6],
+    max_flight = x[7], lease = x[8], version = string.format('%d', x[9]), M = x[10], limits = {}, windows = {}, P = 0}
+  for i = 11, #x, 2 do
+    if x[i] < 1 or x[i + 1] < 1 then return nil, 'limits and windows must be >= 1, got ' .. x[i] .. '/' .. x[i + 1] end
+    c.P = c.P + 1
+    c.limits[c.P], c.windows[c.P] = x[i], x[i + 1]
+  end
+  if c.M >= c.P then return nil, 'merchant policies must be fewer than all, got ' .. c.M end
+  return c
+end
+
+-- begin sets the call's state from its keys and arguments, checking every one before anything is read or
+-- written: a bad call is an error reply (returned) and changes nothing.
+local function begin(keys, argv)
+  KEYS, ARGV = keys, argv
+  ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
+  merchants, live, flight, pace_key, epoch = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+  op, id = ARGV[1], ARGV[2]
+  if op ~= 'reserve' and op ~= 'release' and op ~= 'status' and op ~= 'merchants' then
+    return bad('op must be reserve, release, status or merchants', op)
+  end
+  if #ARGV ~= 8 then return bad('want 8 arguments', #ARGV) end
+  if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
+    return bad('job id must be 1..600 bytes without NUL; length', #id)
+  end
+  local x = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
+  for i = 1, 4 do
+    local v = x[i]
+    if not v or v < 0 or v % 1 ~= 0 then return bad('ARGV[' .. (i + 2) .. '] must be a whole number >= 0', ARGV[i + 2]) end
+  end
+  cost, arg4, stale, forced = x[1], x[2], x[3], x[4] == 1
+  merchant = ARGV[7]
+  if #merchant > 600 then return bad('merchant must be at most 600 bytes; length', #merchant) end
+  local c = settings[ARGV[8]]
+  if not c then
+    local err
+    c, err = parse_settings(ARGV[8])
+    if not c then return bad('ARGV[8]: ' .. err, ARGV[8]) end
+    if nsettings >= 64 then settings, nsettings = {}, 0 end
+    settings[ARGV[8]], nsettings = c, nsettings + 1
+  end
+  conf = c
+  margin, dedup, buckets, warmup, pace, tolerance = c.margin, c.dedup, c.buckets, c.warmup, c.pace, c.tolerance
+  max_flight, lease, M, limits, windows, P = c.max_flight, c.lease, c.M, c.limits, c.windows, c.P
+  if op == 'reserve' then
+    for i = 1, P do
+      if cost < 1 or cost > limits[i] then
+        return redis.error_reply(string.format('ERR paygate: cost %d must be 1..%d (limit %d per %dµs)', cost, limits[i], limits[i], windows[i]))
+      end
+    end
+  end
+  if M > 0 and merchant == '' then return bad('merchant policies need a merchant', M) end
+  PP = P - M -- the provider's policies are 1..PP; the merchant's PP+1..P
+  upto, merchant_counted = PP, false
+  -- The live limits: decided under limits that are no longer in force, the call is refused (see S[9]).
+  local version = redis.call('HGET', live, 'version') or '0'
+  if version ~= c.version then return redis.error_reply('PAYGATE_LIMITS ' .. version) end
+
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  writes = {}
+  -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
+  seen_for = math.max(dedup, 60000000)
+  newest_read, newest_value, kept, standing = false, nil, 0, 0
+  return nil
+end
 
 -- The queue of writes (see the header). inject_at is for tests only: gate's TestFailedDecisionWritesNothing
 -- rewrites this line to raise an error at the n-th write queued, and checks that nothing was written.
 local inject_at = 0
-local writes = {}
 local function write(...)
   if #writes + 1 == inject_at then error('paygate: injected failure at write ' .. inject_at) end
   writes[#writes + 1] = {...}
@@ -207,9 +260,6 @@ local function flush()
   return true
 end
 
--- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
-local seen_for = math.max(dedup, 60000000)
-
 local EPS = 1e-9 -- fractions of a unit this small are rounding, not room
 
 local function int(x) return string.format('%d', x) end
@@ -226,11 +276,11 @@ local function expire(key, ms) write('PEXPIRE', key, int(math.ceil(ms))) end
 
 local algo = {}
 
--- tightest returns the smallest room_of(i) over the policies and its policy (1-based): algo.room's shape.
-local function tightest(room_of)
+-- tightest returns the smallest room_of(i, at) over the policies and its policy (1-based): algo.room's shape.
+local function tightest(room_of, at)
   local room, index = nil, 1
   for i = 1, P do
-    local r = room_of(i)
+    local r = room_of(i, at)
     if room == nil or r < room then room, index = r, i end
   end
   return room, index
@@ -368,7 +418,6 @@ local function units_at(at)
 end
 
 -- newest_slot is the newest slot in the record as the script began (read once).
-local newest_read, newest_value = false, nil
 local function newest_slot()
   if not newest_read then
     newest_value = tonumber(redis.call('ZREVRANGE', ids, 0, 0, 'WITHSCORES')[2] or nil)
@@ -423,6 +472,36 @@ local function holds_marker(members)
   return false
 end
 
+-- What no duplicate check needs any more is trimmed by every call that writes the record (an id found
+-- older than that is taken as gone meanwhile).
+local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup)) end
+
+-- reserve's replies. deny drops the writes queued since `kept` (see reserve) and applies the rest.
+local function deny(r)
+  for k = #writes, kept + 1, -1 do writes[k] = nil end
+  flush()
+  return r
+end
+local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
+  return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after())),
+    in_flight or 0, leased or 0}
+end
+local function lease_free() return max_flight == 0 or standing < max_flight end
+-- take_lease queues a lease, lapsing at slot + lease.
+local function take_lease(member, slot)
+  if max_flight == 0 then return end
+  write('ZADD', flight, int(slot + lease), member)
+  local ttl = math.ceil((slot + lease - now) / 1000) + 1000
+  if redis.call('PTTL', flight) < ttl then write('PEXPIRE', flight, int(ttl)) end
+end
+-- flight_full is the denial of a job the cap holds back: retry when the first lease lapses.
+local function flight_full(dup, admitted)
+  local first = redis.call('ZRANGEBYSCORE', flight, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local retry = math.max(1, (tonumber(first[2] or nil) or (now + 1)) - now)
+  local room, index = algo.room(now)
+  return deny(reply(0, dup, 0, retry, room, index, 0, admitted, 0, 1, 0))
+end
+
 local function run()
   if M > 0 and not algo.merchants then return bad('merchant limits are not counted by this algorithm; merchant policies', M) end
   if op == 'merchants' then
@@ -445,9 +524,6 @@ local function run()
     return reply
   end
 
-  -- What no duplicate check needs any more is trimmed by every call that writes the record (an id found
-  -- older than that is taken as gone meanwhile).
-  local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup)) end
   algo.load(true)
   local prev = redis.call('ZSCORE', ids, id)
   if prev then prev = tonumber(prev) end
@@ -491,37 +567,11 @@ local function run()
   end
   -- In-flight leases: the lapsed ones go (their workers died, or never ended them); an admission needs one
   -- of the max_flight.
-  local standing = 0
   if max_flight > 0 then
     write('ZREMRANGEBYSCORE', flight, '-inf', int(now))
     standing = redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')
   end
-  local kept = #writes -- a denial keeps the trim, the warm-up and the lapsed leases' removal, and drops the rest
-  local function deny(r)
-    for k = #writes, kept + 1, -1 do writes[k] = nil end
-    flush()
-    return r
-  end
-  local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
-    return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after())),
-      in_flight or 0, leased or 0}
-  end
-  local function lease_free() return max_flight == 0 or standing < max_flight end
-  -- take_lease queues a lease, lapsing at slot + lease.
-  local function take_lease(member, slot)
-    if max_flight == 0 then return end
-    write('ZADD', flight, int(slot + lease), member)
-    local ttl = math.ceil((slot + lease - now) / 1000) + 1000
-    if redis.call('PTTL', flight) < ttl then write('PEXPIRE', flight, int(ttl)) end
-  end
-  -- flight_full is the denial of a job the cap holds back: retry when the first lease lapses.
-  local function flight_full(dup, admitted)
-    local first = redis.call('ZRANGEBYSCORE', flight, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    local retry = math.max(1, (tonumber(first[2] or nil) or (now + 1)) - now)
-    local room, index = algo.room(now)
-    return deny(reply(0, dup, 0, retry, room, index, 0, admitted, 0, 1, 0))
-  end
-
+  kept = #writes -- a denial keeps the trim, the warm-up and the lapsed leases' removal, and drops the rest
   local moved, old, token = 0, 0, nil
   if prev and stale > 0 and math.max(now, pause_until) - prev > stale and marked ~= '1' then
     -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back
@@ -605,4 +655,13 @@ local function run()
   local r = reply(1, 0, wait, 0, room, blocker or index, paused, old, moved, 0, leased)
   flush()
   return r
+end
+
+-- paygate is the entry point: one call's keys and arguments in, its reply out. gate.go appends the line
+-- that runs it: `return paygate(eval_args())` under EVALSHA, or registers it as the library's function.
+local function paygate(keys, argv)
+  local err = begin(keys, argv)
+  if err then return err end
+  algo.init()
+  return run()
 end

@@ -22,12 +22,16 @@
 -- counts[i] maps a window index, as the string HSET takes, to units. (String keys: a Lua table indexed
 -- by numbers in the tens of millions makes gopher-lua, the demo's embedded Redis, allocate an array that
 -- large.)
--- A merchant's policies (family.lua's ARGV[17]) are policies like the provider's, each with a hash of its
+-- A merchant's policies (family.lua's S[10]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:fw:<W>.
 algo.merchants = true
 
-local keys_of, counts = {}, {}
-for i = 1, P do keys_of[i] = KEYS[3 + i] end
+local keys_of, counts -- per call (algo.init)
+
+function algo.init()
+  keys_of, counts = {}, {}
+  for i = 1, P do keys_of[i] = KEYS[3 + i] end
+end
 
 local function window(i, at) return math.floor(at / windows[i]) end
 
@@ -104,8 +108,10 @@ function algo.force() error('paygate: force is only for token_bucket') end
 
 algo.give_back, algo.take_back = counter_undo(window, count, add, keep)
 
+local function room_of(i, at) return math.max(0, limits[i] - count(i, window(i, at))) end
+
 function algo.room(at)
-  return tightest(function(i) return math.max(0, limits[i] - count(i, window(i, at))) end)
+  return tightest(room_of, at)
 end
 
 local function reset_of(i)
@@ -135,4 +141,3 @@ end
 
 function algo.save() end
 
-return run()

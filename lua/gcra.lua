@@ -25,9 +25,13 @@
 -- Exact arithmetic: the TAT is kept as q + r/L (family.lua's arrivals): adding T as a double drifted (-1/12
 -- µs per unit at 3/1ms). Every admission decision is made on whole numbers.
 
-local arr = arrivals(KEYS[4])
-local state, T = arr.state, arr.T
-local q, r, tat, plus = arr.q, arr.r, arr.tat, arr.plus
+local arr, state, T, q, r, tat, plus -- per call (algo.init)
+
+function algo.init()
+  arr = arrivals(KEYS[4])
+  state, T = arr.state, arr.T
+  q, r, tat, plus = arr.q, arr.r, arr.tat, arr.plus
+end
 
 -- fits reports n*T <= W, exactly.
 local function fits(i, n)
@@ -68,8 +72,10 @@ function algo.take_back(token) state.take_back(token) end
 -- Room: whole units a job could take at `at` (the bucket's tokens).
 local function tokens(i, at) return (windows[i] - math.max(0, tat(i) - at)) / T[i] end
 
+local function room_of(i, at) return math.max(0, math.floor(tokens(i, at) + EPS)) end
+
 function algo.room(at)
-  return tightest(function(i) return math.max(0, math.floor(tokens(i, at) + EPS)) end)
+  return tightest(room_of, at)
 end
 
 function algo.reset_after()
@@ -91,4 +97,3 @@ end
 
 function algo.save() state.save(algo.reset_after() / 1000 + 1000) end
 
-return run()

@@ -1,4 +1,4 @@
--- land.lua: end an in-flight lease (family.lua, ARGV[13]): the job's request has ended, whatever its
+-- land.lua: end an in-flight lease (family.lua, S[7]): the job's request has ended, whatever its
 -- outcome, or the job gave its admission up. The first job held back by the cap may then go: the landing
 -- is announced, so that workers waiting for a lease ask again at once rather than at their next poll.
 --

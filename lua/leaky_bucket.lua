@@ -24,8 +24,12 @@
 -- Release (and a move) restores the queue exactly when the job is the newest admission (the tail);
 -- otherwise its units stay queued until they leak (never more than the limit).
 
-local arr = arrivals(KEYS[4]) -- the TAT kept exactly as q + r/L (see family.lua)
-local state, T, tat = arr.state, arr.T, arr.tat
+local arr, state, T, tat -- per call (algo.init): the TAT kept exactly as q + r/L (see family.lua)
+
+function algo.init()
+  arr = arrivals(KEYS[4])
+  state, T, tat = arr.state, arr.T, arr.tat
+end
 
 function algo.load(_) state.load() end
 
@@ -58,9 +62,11 @@ function algo.take_back(token) state.take_back(token) end
 -- Room: whole units the queue can still take at `at`.
 local function room(i, at) return limits[i] - math.max(0, tat(i) - at) / T[i] end
 
+local function room_of(i, at) return math.max(0, math.floor(room(i, at) + EPS)) end
+
 -- The verdict's remaining is the queue's room now (after this job), wherever the job's slot is.
 function algo.room(_)
-  return tightest(function(i) return math.max(0, math.floor(room(i, now) + EPS)) end)
+  return tightest(room_of, now)
 end
 
 function algo.reset_after()
@@ -81,4 +87,3 @@ end
 
 function algo.save() state.save(algo.reset_after() / 1000 + 1000) end
 
-return run()

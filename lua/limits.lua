@@ -1,6 +1,6 @@
 -- limits.lua: a provider's live limits, put over the configured ones by an operator (`worker limits set`)
 -- or by the provider's own announcements (providers.<name>.limits_from_headers). Every decision of
--- family.lua checks their version (its KEYS[#KEYS-3], ARGV[15]) before it reads or writes anything, so
+-- family.lua checks their version (its KEYS[#KEYS-3], S[9]) before it reads or writes anything, so
 -- that once `set` or `reset` returns, no decision is made under the limits it replaced.
 --
 -- KEYS[1] -> <prefix>:{<provider>}:limits  HASH  version: how many times the live limits changed (only

@@ -3,7 +3,7 @@
 --
 -- The id record KEYS[1] (<prefix>:{<provider>}:log) is the log: one member per unit of cost, score = its
 -- slot (algo.per_unit), kept for the longest window plus margin (the driver's dedup, set so by gate.go).
--- No other state, but for a merchant with limits of its own (family.lua's ARGV[17]):
+-- No other state, but for a merchant with limits of its own (family.lua's S[10]):
 --
 -- KEYS[4] -> <prefix>:{<provider>}:m:<merchant>:log  ZSET  the merchant's log: the same members, at the same
 --            slots, as its jobs have in KEYS[1], trimmed alike; its policies count it as the provider's count
@@ -24,30 +24,42 @@ algo.fcfs = true
 algo.per_unit = true
 algo.merchants = true
 
-local mlog = nil
-if M > 0 then mlog = KEYS[4] end
+-- Per call (algo.init): mlog, the merchant's log or nil; W[i], policy i's window plus margin, and the longest
+-- (kept in the settings' table: they follow from the settings alone); added, removed: {slot, n} queued in this
+-- call; read_at[i], read[i]: the last ZCOUNT of policy i's log, for its window ending at read_at[i] (the
+-- tables live on between a function's calls; init empties them).
+local mlog, W, longest, added, removed
+local read_at, read = {}, {}
+
+function algo.init()
+  mlog, added, removed = nil, nil, nil
+  if M > 0 then mlog = KEYS[4] end
+  if not conf.sl_W then
+    local w, l = {}, 0
+    for i = 1, P do
+      w[i] = windows[i] + margin
+      l = math.max(l, w[i])
+    end
+    conf.sl_W, conf.sl_longest = w, l
+  end
+  W, longest = conf.sl_W, conf.sl_longest
+  for i = 1, P do read_at[i] = nil end
+end
+
 -- log_of is the log policy i counts.
-local log_of = {}
-for i = 1, P do
-  if i > PP then log_of[i] = mlog else log_of[i] = ids end
+local function log_of(i)
+  if i > PP then return mlog end
+  return ids
 end
 
-local W, longest = {}, 0
-for i = 1, P do
-  W[i] = windows[i] + margin
-  longest = math.max(longest, W[i])
-end
-
-local added, removed -- {slot, n}: queued in this call
-
-local cache = {} -- cache[i][at]: ZCOUNT as read (number keys: a µs time is 16 digits, more than tostring keeps)
-for i = 1, P do cache[i] = {} end
 -- count is the units policy i counts in its window ending at `at`, with any reservations beyond it.
 local function count(i, at)
-  local c = cache[i][at]
-  if not c then
-    c = redis.call('ZCOUNT', log_of[i], int(at - W[i] + 1), '+inf')
-    cache[i][at] = c
+  local c
+  if read_at[i] == at then
+    c = read[i]
+  else
+    c = redis.call('ZCOUNT', log_of(i), int(at - W[i] + 1), '+inf')
+    read_at[i], read[i] = at, c
   end
   if removed and removed.slot > at - W[i] and (i <= PP or removed.in_mlog) then c = c - removed.n end
   if added and added.slot > at - W[i] then c = c + added.n end
@@ -77,7 +89,7 @@ function algo.earliest(from, n)
   local slot, blocker, blocker_at = from, nil, 0
   for i = 1, upto do
     if count(i, slot) + n > limits[i] then
-      local free_at = newest_but(log_of[i], limits[i] - n) + W[i]
+      local free_at = newest_but(log_of(i), limits[i] - n) + W[i]
       if free_at > blocker_at then blocker, blocker_at = i, free_at end
       slot = math.max(slot, free_at)
     end
@@ -97,8 +109,10 @@ end
 
 function algo.take_back(_) removed = nil end
 
+local function room_of(i, at) return math.max(0, limits[i] - count(i, at)) end
+
 function algo.room(at)
-  return tightest(function(i) return math.max(0, limits[i] - count(i, at)) end)
+  return tightest(room_of, at)
 end
 
 local function newest()
@@ -141,4 +155,3 @@ function algo.save()
   end
 end
 
-return run()

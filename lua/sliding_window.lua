@@ -3,7 +3,7 @@
 --
 -- KEYS[4], KEYS[5], ... -> <prefix>:{<provider>}:sw:<g>  HASH  one per policy: bucket index -> units, where
 --                          a bucket is g = ceil((W + m) / B) µs of the Redis clock (index = floor(t / g)),
---                          B = ARGV[9]; named by g, so a change of window, margin or B starts afresh
+--                          B = S[3]; named by g, so a change of window, margin or B starts afresh
 --
 -- Memory is O(B) per policy: a decision reads the B + 1 buckets that can still count, plus buckets of
 -- reservations ahead, and deletes older ones.
@@ -22,14 +22,18 @@
 --
 -- Release and moves take a job's units out of the bucket they went into while it still counts (exact).
 
--- A merchant's policies (family.lua's ARGV[17]) are policies like the provider's, each with a hash of its
+-- A merchant's policies (family.lua's S[10]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:sw:<g>.
 algo.merchants = true
 
-local g, keys_of, counts = {}, {}, {}
-for i = 1, P do
-  g[i] = math.ceil((windows[i] + margin) / buckets)
-  keys_of[i] = KEYS[3 + i]
+local g, keys_of, counts -- per call (algo.init)
+
+function algo.init()
+  g, keys_of, counts = {}, {}, {}
+  for i = 1, P do
+    g[i] = math.ceil((windows[i] + margin) / buckets)
+    keys_of[i] = KEYS[3 + i]
+  end
 end
 
 local function bucket(i, at) return math.floor(at / g[i]) end
@@ -125,8 +129,10 @@ end
 
 algo.give_back, algo.take_back = counter_undo(bucket, count, add, keep)
 
+local function room_of(i, at) return math.max(0, limits[i] - from_bucket(i, bucket(i, at) - buckets)) end
+
 function algo.room(at)
-  return tightest(function(i) return math.max(0, limits[i] - from_bucket(i, bucket(i, at) - buckets)) end)
+  return tightest(room_of, at)
 end
 
 local function reset_of(i)
@@ -153,4 +159,3 @@ end
 
 function algo.save() end
 
-return run()

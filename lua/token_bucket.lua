@@ -24,13 +24,17 @@
 -- Release (and a move) restores the bucket exactly when the job is the newest admission; otherwise its
 -- tokens stay taken until they refill (never more than the limit).
 
-local caps, rates, names = {}, {}, {'ts'}
-for i = 1, P do
-  caps[i] = limits[i] * windows[i] / (windows[i] + margin)
-  rates[i] = limits[i] / (windows[i] + margin)
-  names[i + 1] = int(windows[i])
+local caps, rates, names, state -- per call (algo.init)
+
+function algo.init()
+  caps, rates, names = {}, {}, {'ts'}
+  for i = 1, P do
+    caps[i] = limits[i] * windows[i] / (windows[i] + margin)
+    rates[i] = limits[i] / (windows[i] + margin)
+    names[i + 1] = int(windows[i])
+  end
+  state = undoable(KEYS[4], names)
 end
-local state = undoable(KEYS[4], names)
 
 local function ts() return state.v.ts or 0 end
 local function field(i) return names[i + 1] end
@@ -79,8 +83,10 @@ end
 function algo.give_back(slot, _) return state.give_back(slot) end
 function algo.take_back(token) state.take_back(token) end
 
+local function room_of(i, at) return math.max(0, math.floor(tokens(i, at) + EPS)) end
+
 function algo.room(at)
-  return tightest(function(i) return math.max(0, math.floor(tokens(i, at) + EPS)) end)
+  return tightest(room_of, at)
 end
 
 local function full_after(i)
@@ -106,4 +112,3 @@ end
 
 function algo.save() state.save(algo.reset_after() / 1000 + 1000) end
 
-return run()

@@ -151,14 +151,16 @@ local upto
 -- merchant_counted: the job being released or moved was counted by the merchant's counters in this call's
 -- keys (its marker is in the id record; see merchant_marker): only then do its units go back there.
 local merchant_counted
-local now, writes, seen_for
+local now, writes, nwrites, seen_for
 local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
+local function whole(v) return v and v >= 0 and v % 1 == 0 end
 
 -- settings are the settings strings (ARGV[8]) a function has parsed, by string: kept between its calls,
--- up to 64 (then it starts afresh). Their tables are never changed.
+-- up to 64 (then it starts afresh). A call never changes their tables; the algorithms keep there, once,
+-- what follows from the settings alone (conf.sl_W, conf.tb, conf.arrivals, names.fields).
 local settings, nsettings = {}, 0
 
 -- parse_settings parses a settings string (see the header): its table, or nil and what is wrong.
@@ -195,12 +197,10 @@ local function begin(keys, argv)
   if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
     return bad('job id must be 1..600 bytes without NUL; length', #id)
   end
-  local x = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
-  for i = 1, 4 do
-    local v = x[i]
-    if not v or v < 0 or v % 1 ~= 0 then return bad('ARGV[' .. (i + 2) .. '] must be a whole number >= 0', ARGV[i + 2]) end
-  end
-  cost, arg4, stale, forced = x[1], x[2], x[3], x[4] == 1
+  cost, arg4, stale, forced = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local wrong = (not whole(cost) and 3) or (not whole(arg4) and 4) or (not whole(stale) and 5) or (not whole(forced) and 6)
+  if wrong then return bad('ARGV[' .. wrong .. '] must be a whole number >= 0', ARGV[wrong]) end
+  forced = forced == 1
   merchant = ARGV[7]
   if #merchant > 600 then return bad('merchant must be at most 600 bytes; length', #merchant) end
   local c = settings[ARGV[8]]
@@ -230,7 +230,7 @@ local function begin(keys, argv)
 
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  writes = {}
+  writes, nwrites = {}, 0
   -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
   seen_for = math.max(dedup, 60000000)
   newest_read, newest_value, kept, standing = false, nil, 0, 0
@@ -241,12 +241,17 @@ end
 -- rewrites this line to raise an error at the n-th write queued, and checks that nothing was written.
 local inject_at = 0
 local function write(...)
-  if #writes + 1 == inject_at then error('paygate: injected failure at write ' .. inject_at) end
-  writes[#writes + 1] = {...}
+  nwrites = nwrites + 1
+  if nwrites == inject_at then error('paygate: injected failure at write ' .. inject_at) end
+  writes[nwrites] = {...}
 end
 -- write_members queues cmd key <prefix...> then members (and for ZADD a score before each), split into
 -- calls of at most 1000 members.
 local function write_members(cmd, key, members, score)
+  if #members == 1 then -- the common case: a job of cost 1
+    if score then return write(cmd, key, score, members[1]) end
+    return write(cmd, key, members[1])
+  end
   local args = {}
   for _, m in ipairs(members) do
     if score then args[#args + 1] = score end
@@ -256,7 +261,7 @@ local function write_members(cmd, key, members, score)
   if #args > 0 then write(cmd, key, unpack(args)) end
 end
 local function flush()
-  for _, w in ipairs(writes) do redis.call(unpack(w)) end
+  for k = 1, nwrites do redis.call(unpack(writes[k])) end
   return true
 end
 
@@ -315,53 +320,59 @@ end
 -- undoable is the state of token_bucket, gcra and leaky_bucket: one hash of numbers (v:<name>, for the
 -- given names) and the undo record of the newest admission (last = its id, last_slot, u:<name> = the
 -- numbers before it), so that a release or move of that admission restores exactly what it changed. An
--- older admission cannot be undone soundly: later ones were decided on top of it. Field names are built
--- once per call and read with one HMGET: string work is most of a small script's cost inside Redis.
+-- older admission cannot be undone soundly: later ones were decided on top of it. A call has one such
+-- state, U: its functions are made once, undoable() sets its fields for the call. names is a table kept in
+-- the settings' table (conf): the field names are built once per settings and read with one HMGET.
+local U = {}
+local function copy(t2)
+  local c = {}
+  for k, x in pairs(t2) do c[k] = x end
+  return c
+end
+function U.load()
+  local got = redis.call('HMGET', U.key, unpack(U.names.fields))
+  U.last, U.last_slot = got[1] or '', tonumber(got[2] or 0)
+  for j, name in ipairs(U.names) do
+    U.v[name], U.u[name] = tonumber(got[1 + 2 * j] or nil), tonumber(got[2 + 2 * j] or nil)
+  end
+end
+-- begin records the numbers as they are before an admission at slot.
+function U.begin(slot)
+  U.u, U.last, U.last_slot, U.dirty = copy(U.v), id, slot, true
+end
+function U.give_back(slot)
+  if U.last ~= id or U.last_slot ~= slot then return nil end
+  local token = {v = U.v, u = U.u, last = U.last, last_slot = U.last_slot}
+  U.v, U.u, U.last, U.last_slot, U.dirty = copy(U.u), {}, '', 0, true
+  return token
+end
+function U.take_back(token)
+  if token then U.v, U.u, U.last, U.last_slot = token.v, token.u, token.last, token.last_slot end
+end
+-- save writes every field (last = '' means no undo; u:* are then ignored), and deletes the numbers that
+-- are no more: undoing the first admission after an idle spell restores "no state", a full bucket.
+function U.save(ttl_ms)
+  if not U.dirty then return end
+  local names, args, gone = U.names, {'last', U.last, 'last_slot', int(U.last_slot)}, {}
+  for j, name in ipairs(names) do
+    if U.v[name] then args[#args + 1], args[#args + 2] = names.vf[j], num(U.v[name]) else gone[#gone + 1] = names.vf[j] end
+    if U.u[name] then args[#args + 1], args[#args + 2] = names.uf[j], num(U.u[name]) else gone[#gone + 1] = names.uf[j] end
+  end
+  if #gone > 0 then write('HDEL', U.key, unpack(gone)) end
+  write('HSET', U.key, unpack(args))
+  expire(U.key, ttl_ms)
+end
 local function undoable(key, names)
-  local s = {v = {}, u = {}, last = '', last_slot = 0}
-  local vf, uf = {}, {}
-  for j, name in ipairs(names) do vf[j], uf[j] = 'v:' .. name, 'u:' .. name end
-  function s.load()
-    local fields = {'last', 'last_slot'}
-    for j = 1, #names do fields[#fields + 1], fields[#fields + 2] = vf[j], uf[j] end
-    local got = redis.call('HMGET', key, unpack(fields))
-    s.last, s.last_slot = got[1] or '', tonumber(got[2] or 0)
+  if not names.fields then
+    local vf, uf, fields = {}, {}, {'last', 'last_slot'}
     for j, name in ipairs(names) do
-      s.v[name], s.u[name] = tonumber(got[1 + 2 * j] or nil), tonumber(got[2 + 2 * j] or nil)
+      vf[j], uf[j] = 'v:' .. name, 'u:' .. name
+      fields[#fields + 1], fields[#fields + 2] = vf[j], uf[j]
     end
+    names.vf, names.uf, names.fields = vf, uf, fields
   end
-  local function copy(t2)
-    local c = {}
-    for k, x in pairs(t2) do c[k] = x end
-    return c
-  end
-  -- begin records the numbers as they are before an admission at slot.
-  function s.begin(slot)
-    s.u, s.last, s.last_slot, s.dirty = copy(s.v), id, slot, true
-  end
-  function s.give_back(slot)
-    if s.last ~= id or s.last_slot ~= slot then return nil end
-    local token = {v = s.v, u = s.u, last = s.last, last_slot = s.last_slot}
-    s.v, s.u, s.last, s.last_slot, s.dirty = copy(s.u), {}, '', 0, true
-    return token
-  end
-  function s.take_back(token)
-    if token then s.v, s.u, s.last, s.last_slot = token.v, token.u, token.last, token.last_slot end
-  end
-  -- save writes every field (last = '' means no undo; u:* are then ignored), and deletes the numbers that
-  -- are no more: undoing the first admission after an idle spell restores "no state", a full bucket.
-  function s.save(ttl_ms)
-    if not s.dirty then return end
-    local args, gone = {'last', s.last, 'last_slot', int(s.last_slot)}, {}
-    for j, name in ipairs(names) do
-      if s.v[name] then args[#args + 1], args[#args + 2] = vf[j], num(s.v[name]) else gone[#gone + 1] = vf[j] end
-      if s.u[name] then args[#args + 1], args[#args + 2] = uf[j], num(s.u[name]) else gone[#gone + 1] = uf[j] end
-    end
-    if #gone > 0 then write('HDEL', key, unpack(gone)) end
-    write('HSET', key, unpack(args))
-    expire(key, ttl_ms)
-  end
-  return s
+  U.key, U.names, U.v, U.u, U.last, U.last_slot, U.dirty = key, names, {}, {}, '', 0, false
+  return U
 end
 
 -- arrivals is gcra's and leaky_bucket's theoretical arrival time (TAT) per policy, kept exactly as q + r/L µs
@@ -369,37 +380,43 @@ end
 -- whole number of µs, and a double at today's clock holds µs only to 0.25: adding T as a double drifts, or
 -- rounds a fraction below 1/8 away. With W + m = a*L + b, n*T = n*a + n*b/L is added in whole numbers, exact
 -- while n*b < 2^53 (limits below 9.4e7). Only room and status figures, which decide nothing, use doubles.
+-- As with U, a call has one, X: arrivals() sets its state and what follows from the settings (kept there).
+local X = {}
+-- q, r: policy i's TAT (a q stored as a fraction by an older version is rounded up).
+function X.q(i) return math.ceil(X.state.v[X.qn[i]] or 0) end
+function X.r(i) return X.state.v[X.rn[i]] or 0 end
+function X.tat(i) return X.q(i) + X.r(i) / limits[i] end
+-- plus returns q', r' of (q0 + r0/L) + n*T.
+function X.plus(i, q0, r0, n)
+  local y = r0 + n * X.B[i]
+  return q0 + n * X.A[i] + math.floor(y / limits[i]), y % limits[i]
+end
+-- ceil_tat is the TAT rounded up to the µs.
+function X.ceil_tat(i)
+  if X.r(i) > 0 then return X.q(i) + 1 end
+  return X.q(i)
+end
+-- advance sets TAT = max(TAT, slot) + n*T.
+function X.advance(i, slot, n)
+  local q0, r0 = X.q(i), X.r(i)
+  if slot > q0 or (slot == q0 and r0 == 0) then q0, r0 = slot, 0 end
+  X.state.v[X.qn[i]], X.state.v[X.rn[i]] = X.plus(i, q0, r0, n)
+end
 local function arrivals(key)
-  local A, B, qn, rn, names = {}, {}, {}, {}, {}
-  local x = {T = {}}
-  for i = 1, P do
-    local d = windows[i] + margin
-    A[i], B[i], x.T[i] = math.floor(d / limits[i]), d % limits[i], d / limits[i]
-    qn[i], rn[i] = int(windows[i]), int(windows[i]) .. ':r'
-    names[#names + 1], names[#names + 2] = qn[i], rn[i]
+  local c = conf.arrivals
+  if not c then
+    c = {A = {}, B = {}, T = {}, qn = {}, rn = {}, names = {}}
+    for i = 1, P do
+      local d = windows[i] + margin
+      c.A[i], c.B[i], c.T[i] = math.floor(d / limits[i]), d % limits[i], d / limits[i]
+      c.qn[i], c.rn[i] = int(windows[i]), int(windows[i]) .. ':r'
+      c.names[#c.names + 1], c.names[#c.names + 2] = c.qn[i], c.rn[i]
+    end
+    conf.arrivals = c
   end
-  x.state = undoable(key, names)
-  -- q, r: policy i's TAT (a q stored as a fraction by an older version is rounded up).
-  function x.q(i) return math.ceil(x.state.v[qn[i]] or 0) end
-  function x.r(i) return x.state.v[rn[i]] or 0 end
-  function x.tat(i) return x.q(i) + x.r(i) / limits[i] end
-  -- plus returns q', r' of (q0 + r0/L) + n*T.
-  function x.plus(i, q0, r0, n)
-    local y = r0 + n * B[i]
-    return q0 + n * A[i] + math.floor(y / limits[i]), y % limits[i]
-  end
-  -- ceil_tat is the TAT rounded up to the µs.
-  function x.ceil_tat(i)
-    if x.r(i) > 0 then return x.q(i) + 1 end
-    return x.q(i)
-  end
-  -- advance sets TAT = max(TAT, slot) + n*T.
-  function x.advance(i, slot, n)
-    local q0, r0 = x.q(i), x.r(i)
-    if slot > q0 or (slot == q0 and r0 == 0) then q0, r0 = slot, 0 end
-    x.state.v[qn[i]], x.state.v[rn[i]] = x.plus(i, q0, r0, n)
-  end
-  return x
+  X.A, X.B, X.T, X.qn, X.rn = c.A, c.B, c.T, c.qn, c.rn
+  X.state = undoable(key, c.names)
+  return X
 end
 
 -- units_at lists the id's members at one score, and the units they stand for: their number when the record
@@ -474,11 +491,12 @@ end
 
 -- What no duplicate check needs any more is trimmed by every call that writes the record (an id found
 -- older than that is taken as gone meanwhile).
-local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', '(' .. int(now - dedup)) end
+local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', string.format('(%d', now - dedup)) end
 
 -- reserve's replies. deny drops the writes queued since `kept` (see reserve) and applies the rest.
 local function deny(r)
-  for k = #writes, kept + 1, -1 do writes[k] = nil end
+  for k = nwrites, kept + 1, -1 do writes[k] = nil end
+  nwrites = math.min(nwrites, kept)
   flush()
   return r
 end
@@ -571,7 +589,7 @@ local function run()
     write('ZREMRANGEBYSCORE', flight, '-inf', int(now))
     standing = redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')
   end
-  kept = #writes -- a denial keeps the trim, the warm-up and the lapsed leases' removal, and drops the rest
+  kept = nwrites -- a denial keeps the trim, the warm-up and the lapsed leases' removal, and drops the rest
   local moved, old, token = 0, 0, nil
   if prev and stale > 0 and math.max(now, pause_until) - prev > stale and marked ~= '1' then
     -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back

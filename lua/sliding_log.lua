@@ -58,7 +58,9 @@ local function count(i, at)
   if read_at[i] == at then
     c = read[i]
   else
-    c = redis.call('ZCOUNT', log_of(i), int(at - W[i] + 1), '+inf')
+    local log = ids
+    if i > PP then log = mlog end
+    c = redis.call('ZCOUNT', log, int(at - W[i] + 1), '+inf')
     read_at[i], read[i] = at, c
   end
   if removed and removed.slot > at - W[i] and (i <= PP or removed.in_mlog) then c = c - removed.n end

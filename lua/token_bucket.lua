@@ -27,12 +27,16 @@
 local caps, rates, names, state -- per call (algo.init)
 
 function algo.init()
-  caps, rates, names = {}, {}, {'ts'}
-  for i = 1, P do
-    caps[i] = limits[i] * windows[i] / (windows[i] + margin)
-    rates[i] = limits[i] / (windows[i] + margin)
-    names[i + 1] = int(windows[i])
+  if not conf.tb then
+    local c = {caps = {}, rates = {}, names = {'ts'}}
+    for i = 1, P do
+      c.caps[i] = limits[i] * windows[i] / (windows[i] + margin)
+      c.rates[i] = limits[i] / (windows[i] + margin)
+      c.names[i + 1] = int(windows[i])
+    end
+    conf.tb = c
   end
+  caps, rates, names = conf.tb.caps, conf.tb.rates, conf.tb.names
   state = undoable(KEYS[4], names)
 end
 

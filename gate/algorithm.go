@@ -121,12 +121,14 @@ const MaxSlidingLogLimit = 100_000
 //
 // It runs as a Redis Function where the server has them (Redis 7 and later): FUNCTION LOAD once, then FCALL.
 // A function's library is run once, when it is loaded, so the script's definitions (some 80 functions) are
-// made once instead of on every call, as EVALSHA does: about half of a decision's time inside Redis at cost 1
-// (see BENCHMARKS.md). Elsewhere (miniredis, older Redis) the same source runs with EVALSHA.
+// made once instead of on every call, as EVALSHA does (see docs/gate.md). Elsewhere (miniredis, older Redis,
+// an ACL user without FCALL) the same source runs with EVALSHA.
 type family struct {
 	src  string        // the source with `return paygate(eval_args())`
 	eval *redis.Script // src
-	// lib is FUNCTION LOAD's source: the library fn, registering the function fn
+	// lib is FUNCTION LOAD's source: the library fn, registering three functions with the flags their
+	// operations want: fn (reserve), fn_release (allow-oom: a release only gives back), fn_ro (no-writes:
+	// status and merchants, served on a full or read-only server)
 	lib string
 	// fn is paygate_<algorithm>_<12 hex of the source's SHA-1>: workers of two versions (a rolling upgrade)
 	// each call their own
@@ -141,9 +143,23 @@ func newFamily(a Algorithm, part string) *family {
 	return &family{
 		src:  evalSrc,
 		eval: redis.NewScript(evalSrc),
-		lib:  "#!lua name=" + fn + "\n" + src + "\nredis.register_function('" + fn + "', paygate)\n",
-		fn:   fn,
+		lib: "#!lua name=" + fn + "\n" + src + "\n" +
+			"redis.register_function('" + fn + "', paygate)\n" +
+			"redis.register_function{function_name = '" + fn + "_release', callback = paygate_release, flags = {'allow-oom'}}\n" +
+			"redis.register_function{function_name = '" + fn + "_ro', callback = paygate_ro, flags = {'no-writes'}}\n",
+		fn: fn,
 	}
+}
+
+// function is the name of f's function for op (ARGV[1]).
+func (f *family) function(op any) string {
+	switch op {
+	case "release":
+		return f.fn + "_release"
+	case "status", "merchants":
+		return f.fn + "_ro"
+	}
+	return f.fn
 }
 
 var families = map[Algorithm]*family{
@@ -161,47 +177,70 @@ type functions interface {
 	FunctionLoad(ctx context.Context, code string) *redis.StringCmd
 }
 
-// runFamily runs f with keys and args: FCALL, loading the library first where the server lacks it (a new
-// server, or one restarted empty), or EVALSHA where the server has no functions. The script's own error
-// replies are returned as they are.
+// evalFor is how long a Limiter that met a server without functions (or an ACL user that may not use them)
+// runs the family with EVALSHA before it tries FCALL again: a server upgraded in place, or an ACL mended,
+// gets the faster path back.
+const evalFor = 5 * time.Minute
+
+// runFamily runs f with keys and args (args[0] is the op): FCALL, loading the library first where the server
+// lacks it (a new server, or one restarted empty), or EVALSHA where the server has no functions or the user
+// may not call or load them. The script's own error replies are returned as they are.
 func (l *Limiter) runFamily(ctx context.Context, f *family, keys []string, args []any) *redis.Cmd {
-	if l.fn != nil && !l.evalOnly.Load() {
-		cmd := l.fn.FCall(ctx, f.fn, keys, args...)
-		err := cmd.Err()
-		if err == nil || !isNoFunction(err) {
+	if l.fn != nil && time.Now().UnixNano() >= l.evalUntil.Load() {
+		name := f.function(args[0])
+		cmd := l.fn.FCall(ctx, name, keys, args...)
+		if !noFunction(cmd.Err()) {
 			return cmd
 		}
-		lerr := l.loadFamily(ctx, f)
-		if lerr == nil {
-			return l.fn.FCall(ctx, f.fn, keys, args...)
+		if !noFunctions(cmd.Err()) {
+			lerr := l.loadFamily(ctx, f)
+			if lerr == nil {
+				if cmd = l.fn.FCall(ctx, name, keys, args...); !noFunction(cmd.Err()) {
+					return cmd
+				}
+				// loaded elsewhere than where the call went (a proxy, say): this call by EVALSHA
+			} else if noFunctions(lerr) {
+				l.evalUntil.Store(time.Now().Add(evalFor).UnixNano())
+			}
+			// otherwise (Redis unreachable, say) this call alone goes by EVALSHA, and meets the same fate
+		} else {
+			l.evalUntil.Store(time.Now().Add(evalFor).UnixNano())
 		}
-		if s := lerr.Error(); strings.Contains(s, "unknown command") || strings.HasPrefix(s, "NOPERM") {
-			l.evalOnly.Store(true) // no functions here, or not allowed to load one: EVALSHA from now on
-		}
-		// otherwise (Redis unreachable, say) this call alone goes by EVALSHA, and meets the same fate
 	}
 	return f.eval.Run(ctx, l.rdb, keys, args...)
 }
 
-// isNoFunction tells a missing function or a server without functions from every other error.
-func isNoFunction(err error) bool {
-	s := err.Error()
-	return strings.HasPrefix(s, "ERR Function not found") || strings.Contains(s, "unknown command")
+// noFunction tells a missing function (or no functions at all: noFunctions) from every other error.
+func noFunction(err error) bool {
+	return err != nil && (strings.HasPrefix(err.Error(), "ERR Function not found") || noFunctions(err))
 }
 
-// loadFamily loads f's library on the server, or on every primary of a Redis Cluster: FCALL goes where its
-// keys are. A library already there (another worker loaded it) is no error.
+// noFunctions tells a server without functions, or an ACL user that may not use them (FCALL or FUNCTION
+// LOAD), from every other error.
+func noFunctions(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "unknown command") || strings.HasPrefix(s, "NOPERM")
+}
+
+// loadFamily loads f's library on the server, or on every primary of a Redis Cluster (every shard of a
+// Ring): FCALL goes where its keys are. A library already there (another worker loaded it) is no error.
 func (l *Limiter) loadFamily(ctx context.Context, f *family) error {
-	load := func(ctx context.Context, c functions) error {
+	load := func(ctx context.Context, c *redis.Client) error {
 		if err := c.FunctionLoad(ctx, f.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
 			return err
 		}
 		return nil
 	}
-	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	switch c := l.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, load)
+	case *redis.Ring:
+		return c.ForEachShard(ctx, load)
 	}
-	return load(ctx, l.fn)
+	if err := l.fn.FunctionLoad(ctx, f.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return err
+	}
+	return nil
 }
 
 // keysFor names a provider's keys: the id record (sliding_log's log), pause and sent first, then the

@@ -13,7 +13,9 @@ func ScriptOf(l *Limiter, name string) (src string, keys []string, args []any) {
 func SetMarginTiming(l *Limiter, hold, fresh time.Duration) { l.hold, l.fresh = hold, fresh }
 
 // UsesFunctions tells whether l runs the family as a Redis Function (else with EVALSHA).
-func UsesFunctions(l *Limiter) bool { return l.fn != nil && !l.evalOnly.Load() }
+func UsesFunctions(l *Limiter) bool {
+	return l.fn != nil && time.Now().UnixNano() >= l.evalUntil.Load()
+}
 
 // ForceEval makes l run the family with EVALSHA, as on a server without functions.
-func ForceEval(l *Limiter) { l.evalOnly.Store(true) }
+func ForceEval(l *Limiter) { l.evalUntil.Store(time.Now().Add(time.Hour).UnixNano()) }

@@ -142,3 +142,59 @@ func paygateLibraries(t *testing.T, rdb redis.UniversalClient) int {
 	}
 	return len(libs)
 }
+
+// An ACL user that may not call FCALL (set up for EVALSHA, say) or may not load a library gets EVALSHA: its
+// decisions go through, not NOPERM.
+func TestFunctionsDeniedByACL(t *testing.T) {
+	admin := privateRedis(t)
+	ctx := context.Background()
+	for _, c := range []struct{ user, rule string }{{"nofcall", "-fcall"}, {"noload", "-function"}} {
+		t.Run(c.user, func(t *testing.T) {
+			if err := admin.Do(ctx, "ACL", "SETUSER", c.user, "on", ">pw", "~*", "&*", "+@all", c.rule).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: c.user, Password: "pw"})
+			t.Cleanup(func() { rdb.Close() })
+			l := newLimiter(t, rdb, time.Millisecond, pol(1, time.Hour))
+			for i, want := range []bool{true, false} {
+				if v := mustReserve(t, l, fmt.Sprint("j", i), 1, 0); v.Allowed != want {
+					t.Fatalf("job %d: allowed %v, want %v", i, v.Allowed, want)
+				}
+			}
+			if gate.UsesFunctions(l) {
+				t.Fatalf("user %s (%s) still calls functions", c.user, c.rule)
+			}
+		})
+	}
+}
+
+// On a server out of memory under noeviction, a function that may write is refused before it runs; status
+// reads (a no-writes function) and a release only gives back (allow-oom), so both are still served.
+func TestFunctionsWhenMemoryIsFull(t *testing.T) {
+	rdb := privateRedis(t)
+	ctx := context.Background()
+	l := newLimiter(t, rdb, time.Millisecond, pol(5, time.Hour))
+	v := mustReserve(t, l, "a", 1, 0)
+	if !v.Allowed {
+		t.Fatalf("reserve: %+v", v)
+	}
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := rdb.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { rdb.ConfigSet(ctx, "maxmemory", "0") })
+	if _, err := l.Reserve(ctx, prov, "b", 1, 0); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("reserve with memory full: %v, want OOM", err)
+	}
+	st, err := l.Status(ctx, prov)
+	if err != nil || st.Policies[0].Used != 1 {
+		t.Fatalf("status with memory full: %+v, %v", st, err)
+	}
+	if n, err := l.Release(ctx, prov, "a", 1, v.Now.Add(v.Delay)); err != nil || n != 1 {
+		t.Fatalf("release with memory full: %d, %v", n, err)
+	}
+	if !gate.UsesFunctions(l) {
+		t.Fatal("an OOM refusal sent the gate to EVALSHA")
+	}
+}

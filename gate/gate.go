@@ -175,9 +175,9 @@ type Options struct {
 // Limiter is the gate. It is safe for concurrent use; its state lives in Redis.
 type Limiter struct {
 	rdb       redis.Scripter
-	fn        functions   // rdb, when it can FCALL
-	evalOnly  atomic.Bool // the server has no functions: EVALSHA
-	pauses    string      // the channel pauses are announced on
+	fn        functions    // rdb, when it can FCALL
+	evalUntil atomic.Int64 // unix ns: EVALSHA until then (a server without functions; see runFamily)
+	pauses    string       // the channel pauses are announced on
 	margin    time.Duration
 	stale     int64 // µs
 	providers map[string]*live

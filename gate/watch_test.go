@@ -2,13 +2,8 @@ package gate_test
 
 import (
 	"context"
-	"net"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/gate"
 )
@@ -18,26 +13,9 @@ import (
 // consumers.LossNotice: the worker must not keep sleeping on slots a lost state may not know. A server of
 // the test's own, so that pausing it disturbs nothing else.
 func TestWatchGivesUpOnASilentConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	srv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := srv.Start(); err != nil {
-		t.Fatalf("redis-server (scripts/services.sh installs it): %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
-	defer rdb.Close()
+	rdb := privateRedis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for deadline := time.Now().Add(10 * time.Second); rdb.Ping(ctx).Err() != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not answer within 10s")
-		}
-	}
 	l, err := gate.New(rdb, gate.Options{Prefix: "silent", Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(10, time.Second)}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -137,7 +137,9 @@
 -- loaded, and lives on between calls. So the top level only defines functions and constants (and reads no
 -- global: a library being loaded has only `redis`); every
 -- per-call value is one of the locals below, and begin() (or the algorithm's algo.init()) sets every one
--- of them at the start of each call: nothing a call sees is left from an earlier one.
+-- of them at the start of each call: nothing a call sees is left from an earlier one. Lua 5.1 allows a
+-- function 60 upvalues; begin() uses 44 and run() 48 (measured by loading copies with more): a new per-call
+-- value with no room left goes into a table rather than a local of its own.
 -- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals below
 -- that take their names; a function has no such globals and never calls it).
 local function eval_args() return KEYS, ARGV end
@@ -683,3 +685,15 @@ local function paygate(keys, argv)
   algo.init()
   return run()
 end
+
+-- serving returns an entry point for the ops named only: the library registers one function per set of
+-- flags (gate.go's family): paygate_release (allow-oom: a release only gives back) and paygate_ro (no-writes:
+-- status and merchants read).
+local function serving(ops)
+  return function(keys, argv)
+    if not ops[argv[1]] then return bad('this function does not serve op', argv[1]) end
+    return paygate(keys, argv)
+  end
+end
+local paygate_release = serving({release = true})
+local paygate_ro = serving({status = true, merchants = true})

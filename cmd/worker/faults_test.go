@@ -183,6 +183,7 @@ func TestFaultAcceptance(t *testing.T) {
 	}
 	f.waitAccepted("acme", 90, time.Minute)
 	rp.do("SCRIPT", "FLUSH")
+	rp.do("FUNCTION", "FLUSH")
 	f.waitAccepted("acme", 140, time.Minute)
 	rp.do("CLIENT", "PAUSE", 2000, "ALL")
 	time.Sleep(2 * time.Second)
@@ -193,7 +194,7 @@ func TestFaultAcceptance(t *testing.T) {
 	f.exactlyOnce("acme", 300)
 }
 
-// Redis faults, one after another in a busy run: scripts flushed (workers reload them), the server
+// Redis faults, one after another in a busy run: scripts and functions flushed (workers load them again), the server
 // paused (decisions wait), down for three seconds (nothing is dispatched once the reservations handed
 // out before have passed; jobs are deferred), and restarted at once, its log gone (the warm-up holds
 // the provider, so the requests sent just before and the reservations still held cannot share a window
@@ -207,6 +208,7 @@ func TestFaultRedis(t *testing.T) {
 	f.startWorker()
 	f.waitAccepted("acme", 40, time.Minute)
 	rp.do("SCRIPT", "FLUSH")
+	rp.do("FUNCTION", "FLUSH")
 	f.waitAccepted("acme", 80, time.Minute)
 	rp.do("CLIENT", "PAUSE", 2000, "ALL")
 	f.waitAccepted("acme", 120, time.Minute)
@@ -458,6 +460,7 @@ func TestFaultKafka(t *testing.T) {
 	f.enqueue("acme", 300, "j")
 	f.waitAccepted("acme", 40, time.Minute)
 	rp.do("SCRIPT", "FLUSH")
+	rp.do("FUNCTION", "FLUSH")
 	f.waitAccepted("acme", 90, time.Minute)
 	rp.do("CLIENT", "PAUSE", 2000, "ALL")
 	f.waitAccepted("acme", 140, time.Minute)

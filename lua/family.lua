@@ -156,6 +156,7 @@ local merchant_counted
 local now, writes, nwrites, seen_for
 local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
+local reset_memo -- reset_after's
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
 local function whole(v) return v and v >= 0 and v % 1 == 0 end
@@ -235,7 +236,7 @@ local function begin(keys, argv)
   writes, nwrites = {}, 0
   -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
   seen_for = math.max(dedup, 60000000)
-  newest_read, newest_value, kept, standing = false, nil, 0, 0
+  newest_read, newest_value, kept, standing, reset_memo = false, nil, 0, 0, nil
   return nil
 end
 
@@ -282,6 +283,13 @@ end
 local function expire(key, ms) write('PEXPIRE', key, int(math.ceil(ms))) end
 
 local algo = {}
+
+-- reset_after is algo.reset_after(), computed once until the state changes: the family sets reset_memo to
+-- nil after every algo.commit, force, give_back and take_back. Saving, recording and replying each need it.
+local function reset_after()
+  if not reset_memo then reset_memo = algo.reset_after() end
+  return reset_memo
+end
 
 -- tightest returns the smallest room_of(i, at) over the policies and its policy (1-based): algo.room's shape.
 local function tightest(room_of, at)
@@ -460,7 +468,7 @@ end
 -- from now (the newest admission is what sets it), so the expiry below never cuts a later entry short.
 local function record(slot, members)
   write_members('ZADD', ids, members, int(slot))
-  expire(ids, (math.max(slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
+  expire(ids, (math.max(slot - now, reset_after()) + dedup) / 1000 + 1000)
 end
 
 -- mark queues a mark on the id in the sent hash, kept at least as long as the record keeps the id.
@@ -503,7 +511,7 @@ local function deny(r)
   return r
 end
 local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
-  return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(algo.reset_after())),
+  return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(reset_after())),
     in_flight or 0, leased or 0}
 end
 local function lease_free() return max_flight == 0 or standing < max_flight end
@@ -559,6 +567,7 @@ local function run()
     write_members('ZREM', ids, gone)
     merchant_counted = holds_marker(gone)
     algo.give_back(prev, n)
+    reset_memo = nil
     algo.save()
     flush()
     return n
@@ -601,6 +610,7 @@ local function run()
     write_members('ZREM', ids, gone)
     merchant_counted = holds_marker(gone)
     token = algo.give_back(prev, n)
+    reset_memo = nil
   elseif prev then
     -- A duplicate holds its permit already: it goes at its own slot, after a pause, or now, whichever is
     -- latest, within max wait like any job.
@@ -620,7 +630,7 @@ local function run()
   end
 
   if not lease_free() then
-    if moved == 1 then algo.take_back(token) end -- denied: the units and the entry stay where they were
+    if moved == 1 then algo.take_back(token); reset_memo = nil end -- denied: the units and the entry stay where they were
     return flight_full(0, old)
   end
   local from = math.max(now, pause_until)
@@ -649,11 +659,12 @@ local function run()
   local wait = slot - now
   if merchant_bound or wait > max_wait or hold > 0 then
     if merchant_bound then wait = math.max(wait, 1) + max_wait end -- retry when the merchant has room
-    if moved == 1 then algo.take_back(token) end -- denied: the units and the entry stay where they were
+    if moved == 1 then algo.take_back(token); reset_memo = nil end -- denied: the units and the entry stay where they were
     local room, index = algo.room(now)
     return deny(reply(0, 0, 0, math.max(wait - max_wait, hold), room, blocker or index, paused, old, 0))
   end
   if forced then algo.force(slot, cost) else algo.commit(slot, cost) end
+  reset_memo = nil
   trim()
   algo.save()
   if pace > 0 then
@@ -666,7 +677,7 @@ local function run()
   if merchant ~= '' then
     write('ZADD', merchants, 'GT', int(slot), merchant)
     write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - seen_for))
-    expire(merchants, (math.max(slot - now, algo.reset_after()) + seen_for) / 1000 + 1000)
+    expire(merchants, (math.max(slot - now, reset_after()) + seen_for) / 1000 + 1000)
   end
   take_lease(id .. '\0' .. int(now), slot)
   local leased = 0

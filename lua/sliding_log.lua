@@ -153,7 +153,7 @@ function algo.save()
   if added then
     write_members('ZADD', mlog, members_of(added.n), int(added.slot))
     write('ZREMRANGEBYSCORE', mlog, '-inf', '(' .. int(now - dedup))
-    expire(mlog, (math.max(added.slot - now, algo.reset_after()) + dedup) / 1000 + 1000)
+    expire(mlog, (math.max(added.slot - now, reset_after()) + dedup) / 1000 + 1000)
   end
 end
 

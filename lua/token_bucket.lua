@@ -114,5 +114,5 @@ function algo.status()
   return out
 end
 
-function algo.save() state.save(algo.reset_after() / 1000 + 1000) end
+function algo.save() state.save(reset_after() / 1000 + 1000) end
 

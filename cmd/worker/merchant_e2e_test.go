@@ -9,8 +9,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paygate/paygate/ops/grafana"
 	"github.com/paygate/paygate/providers/sim"
 )
+
+// dashboardMetricsServed checks that every metric family the Grafana dashboard (ops/grafana/paygate.json)
+// queries is in a running worker's /metrics, after a run with fair shares (whose series exist only then).
+func dashboardMetricsServed(t *testing.T, metrics string) {
+	t.Helper()
+	qs, err := grafana.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range grafana.Metrics(qs) {
+		if !strings.Contains(metrics, "# TYPE "+name+" ") {
+			t.Errorf("the dashboard queries %s; the worker's /metrics has no such family", name)
+		}
+	}
+}
 
 // Merchants' limits across a fleet (providers.<name>.per_merchant, merchants): three worker processes, a
 // provider at 20/1s that also enforces 4/1s per merchant (provider-sim --merchant-limits, read from the
@@ -62,6 +78,9 @@ func TestMerchantLimitsFleet(t *testing.T) {
 				if want := map[string]string{"slow": "2/1s"}[m.Merchant]; m.Limit != cmp.Or(want, "4/1s") {
 					t.Errorf("gate status: merchant %s with limit %q", m.Merchant, m.Limit)
 				}
+			}
+			if algo == "sliding_log" {
+				dashboardMetricsServed(t, f.metrics(0))
 			}
 			f.stopAll()
 			l := f.collect()

@@ -8,6 +8,7 @@
 # Redis       127.0.0.1:6379            (no persistence)
 # RabbitMQ    127.0.0.1:5672            guest/guest
 # Cluster     127.0.0.1:7000-7002       3 masters, no replicas, files in $PAYGATE_CLUSTER_DIR
+# chromium    installed only: headless, for the dashboard's page test
 #
 # Idempotent: running "up" twice is harmless and fast when everything already answers.
 set -euo pipefail
@@ -43,6 +44,7 @@ ensure_packages() {
 	command -v redis-server >/dev/null || missing+=(redis-server)
 	command -v redis-cli >/dev/null || missing+=(redis-tools)
 	command -v rabbitmq-server >/dev/null || missing+=(rabbitmq-server)
+	command -v chromium >/dev/null || missing+=(chromium) # the dashboard's page test (headless)
 	if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
 }
 

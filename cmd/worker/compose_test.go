@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -32,6 +33,7 @@ type composeFile struct {
 		Expose      []string          `yaml:"expose"`
 		Environment map[string]string `yaml:"environment"`
 		Volumes     []string          `yaml:"volumes"`
+		Profiles    []string          `yaml:"profiles"`
 		Deploy      struct {
 			Replicas int `yaml:"replicas"`
 		} `yaml:"deploy"`
@@ -81,8 +83,21 @@ func TestComposeFile(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	if got := strings.Join(names, ","); got != "kafka,provider-sim,rabbitmq,redis,worker" {
+	if got := strings.Join(names, ","); got != "grafana,kafka,prometheus,provider-sim,rabbitmq,redis,worker" {
 		t.Fatalf("services %s", got)
+	}
+	// --profile observability: Prometheus and Grafana, only when asked for, mounting files that exist.
+	for _, name := range []string{"prometheus", "grafana"} {
+		s := c.Services[name]
+		if !slices.Equal(s.Profiles, []string{"observability"}) {
+			t.Errorf("%s profiles %v, want [observability]", name, s.Profiles)
+		}
+		for _, v := range s.Volumes {
+			src := strings.Split(v, ":")[0]
+			if _, err := os.Stat(filepath.Join("../..", src)); err != nil {
+				t.Errorf("%s mounts %s: %v", name, src, err)
+			}
+		}
 	}
 	w := c.Services["worker"]
 	if w.Deploy.Replicas != 3 || w.Build != "." || c.Services["provider-sim"].Build != "." || w.Image == "" || c.Services["provider-sim"].Image != w.Image {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/report"
 	"github.com/paygate/paygate/wire"
 )
 
@@ -91,7 +92,7 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Policy:       v.Policy,
 		Limit:        v.Limit.String(),
 		Now:          v.Now.UTC().Format(time.RFC3339Nano),
-		ResetAfterMs: ceilMs(v.ResetAfter),
+		ResetAfterMs: report.CeilMs(v.ResetAfter),
 		Algorithm:    string(algo),
 		Forced:       *force,
 	})
@@ -120,8 +121,6 @@ func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func
 	}
 	return l, func() { rdb.Close() }, nil
 }
-
-func ceilMs(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

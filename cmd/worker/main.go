@@ -6,6 +6,7 @@
 //	worker check-config --config FILE
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D | --force]
 //	worker gate status  --config FILE --provider NAME [--json]
+//	worker dashboard    --config FILE [--listen ADDR]
 //	worker limits set   --config FILE --provider NAME --limits SPEC [--json]
 //	worker limits show  --config FILE --provider NAME [--json]
 //	worker limits reset --config FILE --provider NAME [--json]
@@ -37,6 +38,7 @@ commands:
   check-config   validate a configuration file and print its providers and limits
   gate try       ask the gate once for a provider's budget and print the verdict as JSON (--force: token_bucket)
   gate status    print each of a provider's policies: use, reservations, remaining, reset
+  dashboard      serve a live page of every provider's budget, read from Redis (--listen 127.0.0.1:8080)
   limits         set, show or reset a provider's live limits (in force fleet-wide when it returns)
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 
@@ -95,6 +97,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try or status)", rest[0])}
 	case "limits":
 		return limitsCmd(ctx, rest, stdout, stderr)
+	case "dashboard":
+		return dashboardCmd(ctx, rest, stdout, stderr)
 	case "run":
 		return runWorker(ctx, rest, stdout, stderr)
 	case "enqueue":

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paygate/paygate/internal/report"
 	"github.com/paygate/paygate/internal/testenv"
 )
 
@@ -219,7 +220,7 @@ func TestGateTryConcurrent(t *testing.T) {
 	}
 
 	r = worker(t, nil, "gate", "status", "--config", cfg, "--provider", "acme", "--json")
-	var st statusReport
+	var st report.Status
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
 		t.Fatalf("status: exit %d %q %v", r.code, r.stdout, err)
 	}

@@ -1,14 +1,12 @@
 package grafana_test
 
 import (
-	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/ops/grafana"
@@ -72,36 +70,6 @@ func TestDashboardQueriesTheWorkersMetrics(t *testing.T) {
 	for name := range registered {
 		if _, ok := queried[name]; !ok {
 			t.Errorf("the worker exports %s, which no panel shows", name)
-		}
-	}
-}
-
-// docker compose --profile observability starts Prometheus and Grafana with this dashboard provisioned; the
-// files it mounts exist.
-func TestComposeObservabilityProfile(t *testing.T) {
-	raw, err := os.ReadFile("../../docker-compose.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c struct {
-		Services map[string]struct {
-			Profiles []string `yaml:"profiles"`
-			Volumes  []string `yaml:"volumes"`
-		} `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"prometheus", "grafana"} {
-		s, ok := c.Services[name]
-		if !ok || !slices.Contains(s.Profiles, "observability") {
-			t.Fatalf("service %s is missing or not in the observability profile: %+v", name, s)
-		}
-		for _, v := range s.Volumes {
-			src := strings.Split(v, ":")[0]
-			if _, err := os.Stat("../../" + strings.TrimPrefix(src, "./")); err != nil {
-				t.Errorf("%s mounts %s: %v", name, src, err)
-			}
 		}
 	}
 }

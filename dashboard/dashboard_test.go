@@ -1,0 +1,221 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/dashboard"
+	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/report"
+	"github.com/paygate/paygate/internal/testenv"
+)
+
+// fleetGate is a gate over n providers p00.. on the test Redis, each with a second and a minute limit.
+func fleetGate(t testing.TB, n int) (*gate.Limiter, []string, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	prefix := fmt.Sprintf("test-dashboard-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		keys, _ := rdb.Keys(context.Background(), prefix+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(context.Background(), keys...)
+		}
+	})
+	providers := map[string]gate.Provider{}
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("p%02d", i)
+		names = append(names, name)
+		providers[name] = gate.Provider{Policies: []gate.Policy{{Limit: 10, Window: time.Minute}, {Limit: 100, Window: time.Hour}}}
+	}
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 20 * time.Millisecond, MarginMax: 100 * time.Millisecond, Providers: providers}) // as config.yaml
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, names, rdb
+}
+
+func source(l *gate.Limiter, names []string) dashboard.Source {
+	return func(ctx context.Context) []dashboard.Entry {
+		var out []dashboard.Entry
+		for _, n := range names {
+			rep, err := report.Of(ctx, l, n)
+			e := dashboard.Entry{Status: rep}
+			if err != nil {
+				e.Provider, e.Error = n, err.Error()
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The page shows every provider with the figures gate status --json prints (report.Of), and streams a
+// sample each interval.
+func TestDashboardServesEveryProvider(t *testing.T) {
+	l, names, _ := fleetGate(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i, n := range names {
+		for j := range i + 2 { // p00: 2 used, p01: 3, p02: 4
+			if _, err := l.Reserve(ctx, n, "j"+strconv.Itoa(j), 1, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	srv := dashboard.New(source(l, names), 100*time.Millisecond, 50)
+	go srv.Run(ctx)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	for srv.Samples() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var last dashboard.Sample
+	getJSON(t, ts.URL+"/api/status", &last)
+	if len(last.Providers) != len(names) {
+		t.Fatalf("the sample has %d providers, want %d: %+v", len(last.Providers), len(names), last)
+	}
+	for i, e := range last.Providers {
+		want, err := report.Of(ctx, l, names[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Provider != names[i] || e.Error != "" || len(e.Policies) != 2 {
+			t.Fatalf("provider %d: %+v", i, e)
+		}
+		for k, p := range e.Policies {
+			w := want.Policies[k]
+			if p.Limit != w.Limit || p.Used != w.Used || p.Used != int64(i+2) {
+				t.Errorf("%s policy %d: used %d of %s; gate status says %d of %s (want %d)", e.Provider, k, p.Used, p.Limit, w.Used, w.Limit, i+2)
+			}
+		}
+	}
+
+	var hist []dashboard.Sample
+	getJSON(t, ts.URL+"/api/history", &hist)
+	if len(hist) == 0 || len(hist) > 50 {
+		t.Fatalf("history of %d samples, want 1..50", len(hist))
+	}
+
+	// The stream: a sample arrives within a few intervals, with every provider.
+	resp, err := http.Get(ts.URL + "/api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("events content type %q", ct)
+	}
+	got := make(chan dashboard.Sample, 1)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var s dashboard.Sample
+				if json.Unmarshal([]byte(data), &s) == nil {
+					got <- s
+					return
+				}
+			}
+		}
+	}()
+	select {
+	case s := <-got:
+		if len(s.Providers) != len(names) {
+			t.Fatalf("streamed sample with %d providers", len(s.Providers))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sample streamed within 5s")
+	}
+
+	// The page and its script are served from the binary.
+	for path, want := range map[string]string{"/": "app.js", "/app.js": "api/status"} {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Fatalf("GET %s: %d, no %q", path, resp.StatusCode, want)
+		}
+	}
+}
+
+// A provider that cannot be read is shown with its error, beside the others.
+func TestDashboardShowsAProviderItCannotRead(t *testing.T) {
+	l, names, _ := fleetGate(t, 1)
+	srv := dashboard.New(source(l, append(names, "ghost")), time.Hour, 5)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go srv.Run(ctx)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	for srv.Samples() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var last dashboard.Sample
+	getJSON(t, ts.URL+"/api/status", &last)
+	if len(last.Providers) != 2 || last.Providers[0].Error != "" || last.Providers[1].Provider != "ghost" || last.Providers[1].Error == "" {
+		t.Fatalf("sample: %+v", last)
+	}
+}
+
+// BenchmarkSample50 reads 50 providers once per op, as the dashboard does each second whatever the number of
+// open pages, and reports the Redis commands the dashboard sends per sample (calls/sample, counted by a
+// go-redis hook on its client) and the time a sample takes.
+func BenchmarkSample50(b *testing.B) {
+	l, names, rdb := fleetGate(b, 50)
+	var calls atomic.Int64
+	rdb.AddHook(counter{&calls})
+	src := source(l, names)
+	ctx := context.Background()
+	src(ctx) // functions loaded, live limits read
+	calls.Store(0)
+	for b.Loop() {
+		for _, e := range src(ctx) {
+			if e.Error != "" {
+				b.Fatal(e.Error)
+			}
+		}
+	}
+	b.ReportMetric(float64(calls.Load())/float64(b.N), "calls/sample")
+}
+
+// counter counts the commands a client sends (a pipeline's each).
+type counter struct{ n *atomic.Int64 }
+
+func (c counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}

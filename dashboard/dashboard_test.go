@@ -63,6 +63,19 @@ func source(l *gate.Limiter, names []string) dashboard.Source {
 	}
 }
 
+// serve runs srv and serves its handler until the test ends, once it has read its first sample.
+func serve(t *testing.T, srv *dashboard.Server) (url string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { cancel(); ts.Close() })
+	go srv.Run(ctx)
+	for srv.Samples() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return ts.URL
+}
+
 func getJSON(t *testing.T, url string, v any) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -88,16 +101,10 @@ func TestDashboardServesEveryProvider(t *testing.T) {
 			}
 		}
 	}
-	srv := dashboard.New(source(l, names), 100*time.Millisecond, 50)
-	go srv.Run(ctx)
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
-	for srv.Samples() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	url := serve(t, dashboard.New(source(l, names), 100*time.Millisecond, 50))
 
 	var last dashboard.Sample
-	getJSON(t, ts.URL+"/api/status", &last)
+	getJSON(t, url+"/api/status", &last)
 	if len(last.Providers) != len(names) {
 		t.Fatalf("the sample has %d providers, want %d: %+v", len(last.Providers), len(names), last)
 	}
@@ -118,13 +125,13 @@ func TestDashboardServesEveryProvider(t *testing.T) {
 	}
 
 	var hist []dashboard.Sample
-	getJSON(t, ts.URL+"/api/history", &hist)
+	getJSON(t, url+"/api/history", &hist)
 	if len(hist) == 0 || len(hist) > 50 {
 		t.Fatalf("history of %d samples, want 1..50", len(hist))
 	}
 
 	// The stream: a sample arrives within a few intervals, with every provider.
-	resp, err := http.Get(ts.URL + "/api/events")
+	resp, err := http.Get(url + "/api/events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +164,7 @@ func TestDashboardServesEveryProvider(t *testing.T) {
 
 	// The page and its script are served from the binary.
 	for path, want := range map[string]string{"/": "app.js", "/app.js": "api/status"} {
-		resp, err := http.Get(ts.URL + path)
+		resp, err := http.Get(url + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,17 +179,9 @@ func TestDashboardServesEveryProvider(t *testing.T) {
 // A provider that cannot be read is shown with its error, beside the others.
 func TestDashboardShowsAProviderItCannotRead(t *testing.T) {
 	l, names, _ := fleetGate(t, 1)
-	srv := dashboard.New(source(l, append(names, "ghost")), time.Hour, 5)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go srv.Run(ctx)
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
-	for srv.Samples() == 0 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	url := serve(t, dashboard.New(source(l, append(names, "ghost")), time.Hour, 5))
 	var last dashboard.Sample
-	getJSON(t, ts.URL+"/api/status", &last)
+	getJSON(t, url+"/api/status", &last)
 	if len(last.Providers) != 2 || last.Providers[0].Error != "" || last.Providers[1].Provider != "ghost" || last.Providers[1].Error == "" {
 		t.Fatalf("sample: %+v", last)
 	}

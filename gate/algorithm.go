@@ -131,8 +131,8 @@ type family struct {
 	// status and merchants, served on a full or read-only server)
 	lib string
 	// fn is paygate_<algorithm>_<12 hex of the source's SHA-1>: workers of two versions (a rolling upgrade)
-	// each call their own
-	fn string
+	// each call their own; fnRelease and fnRO are its other two functions
+	fn, fnRelease, fnRO string
 }
 
 func newFamily(a Algorithm, part string) *family {
@@ -147,7 +147,7 @@ func newFamily(a Algorithm, part string) *family {
 			"redis.register_function('" + fn + "', paygate)\n" +
 			"redis.register_function{function_name = '" + fn + "_release', callback = paygate_release, flags = {'allow-oom'}}\n" +
 			"redis.register_function{function_name = '" + fn + "_ro', callback = paygate_ro, flags = {'no-writes'}}\n",
-		fn: fn,
+		fn: fn, fnRelease: fn + "_release", fnRO: fn + "_ro",
 	}
 }
 
@@ -155,9 +155,9 @@ func newFamily(a Algorithm, part string) *family {
 func (f *family) function(op any) string {
 	switch op {
 	case "release":
-		return f.fn + "_release"
+		return f.fnRelease
 	case "status", "merchants":
-		return f.fn + "_ro"
+		return f.fnRO
 	}
 	return f.fn
 }
@@ -225,22 +225,20 @@ func noFunctions(err error) bool {
 // loadFamily loads f's library on the server, or on every primary of a Redis Cluster (every shard of a
 // Ring): FCALL goes where its keys are. A library already there (another worker loaded it) is no error.
 func (l *Limiter) loadFamily(ctx context.Context, f *family) error {
-	load := func(ctx context.Context, c *redis.Client) error {
+	load := func(ctx context.Context, c functions) error {
 		if err := c.FunctionLoad(ctx, f.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
 			return err
 		}
 		return nil
 	}
+	each := func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }
 	switch c := l.rdb.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, load)
+		return c.ForEachMaster(ctx, each)
 	case *redis.Ring:
-		return c.ForEachShard(ctx, load)
+		return c.ForEachShard(ctx, each)
 	}
-	if err := l.fn.FunctionLoad(ctx, f.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
-		return err
-	}
-	return nil
+	return load(ctx, l.fn)
 }
 
 // keysFor names a provider's keys: the id record (sliding_log's log), pause and sent first, then the

@@ -319,6 +319,15 @@ func (p provider) settingsAt(m int64, ml *merchantLimits) string {
 	return s.head + strconv.Itoa(len(ml.policies)) + p.policyText + ml.text
 }
 
+// settingsText is policies as the settings' tail: " limit window" (µs) per policy.
+func settingsText(policies []Policy) string {
+	var b strings.Builder
+	for _, pol := range policies {
+		fmt.Fprintf(&b, " %d %d", pol.Limit, micros(pol.Window))
+	}
+	return b.String()
+}
+
 // settingsAt is a provider's settings under margin m: head is its first nine numbers (and a space), s the
 // whole string for a job without a merchant's limits.
 type settingsAt struct {
@@ -448,9 +457,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 	if p.burst >= p.paced.Limit {
 		p.burst = 0 // a burst of the whole limit turns pacing off: no pace is kept (two Redis calls fewer)
 	}
-	for _, pol := range policies {
-		p.policyText += fmt.Sprintf(" %d %d", pol.Limit, micros(pol.Window))
-	}
+	p.policyText = settingsText(policies)
 	p.configMin = p.minLimit
 	p.floor, p.ceiling = micros(margin), micros(max(margin, opts.MarginMax))
 	if algo == SlidingWindow || algo == FixedWindow {
@@ -509,8 +516,8 @@ func (p *provider) buildMerchants(name string, spec Provider, margin time.Durati
 			return nil, err
 		}
 		ml := &merchantLimits{policies: append([]Policy(nil), policies...), minLimit: policies[0].Limit}
+		ml.text = settingsText(policies)
 		for _, pol := range policies {
-			ml.text += fmt.Sprintf(" %d %d", pol.Limit, micros(pol.Window))
 			ml.minLimit = min(ml.minLimit, pol.Limit)
 		}
 		return ml, nil

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/report"
 )
 
@@ -23,9 +24,24 @@ import (
 var page embed.FS
 
 // Source reads every provider's status, in the order the page shows them. A provider that cannot be read
-// is reported in its entry's error; an error from Source itself (Redis down) leaves the last sample
-// standing, marked stale.
+// (Redis down, say) is reported in its entry's error.
 type Source func(ctx context.Context) []Entry
+
+// GateSource reads the named providers through l, as gate status --json prints them (report.Of).
+func GateSource(l *gate.Limiter, names []string) Source {
+	return func(ctx context.Context) []Entry {
+		out := make([]Entry, 0, len(names))
+		for _, name := range names {
+			rep, err := report.Of(ctx, l, name)
+			e := Entry{Status: rep}
+			if err != nil {
+				e = Entry{Status: report.Status{Provider: name}, Error: err.Error()}
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+}
 
 // Entry is one provider in a sample: its status, or why it could not be read.
 type Entry struct {

@@ -48,21 +48,6 @@ func fleetGate(t testing.TB, n int) (*gate.Limiter, []string, *redis.Client) {
 	return l, names, rdb
 }
 
-func source(l *gate.Limiter, names []string) dashboard.Source {
-	return func(ctx context.Context) []dashboard.Entry {
-		var out []dashboard.Entry
-		for _, n := range names {
-			rep, err := report.Of(ctx, l, n)
-			e := dashboard.Entry{Status: rep}
-			if err != nil {
-				e.Provider, e.Error = n, err.Error()
-			}
-			out = append(out, e)
-		}
-		return out
-	}
-}
-
 // serve runs srv and serves its handler until the test ends, once it has read its first sample.
 func serve(t *testing.T, srv *dashboard.Server) (url string) {
 	t.Helper()
@@ -101,7 +86,7 @@ func TestDashboardServesEveryProvider(t *testing.T) {
 			}
 		}
 	}
-	url := serve(t, dashboard.New(source(l, names), 100*time.Millisecond, 50))
+	url := serve(t, dashboard.New(dashboard.GateSource(l, names), 100*time.Millisecond, 50))
 
 	var last dashboard.Sample
 	getJSON(t, url+"/api/status", &last)
@@ -179,7 +164,7 @@ func TestDashboardServesEveryProvider(t *testing.T) {
 // A provider that cannot be read is shown with its error, beside the others.
 func TestDashboardShowsAProviderItCannotRead(t *testing.T) {
 	l, names, _ := fleetGate(t, 1)
-	url := serve(t, dashboard.New(source(l, append(names, "ghost")), time.Hour, 5))
+	url := serve(t, dashboard.New(dashboard.GateSource(l, append(names, "ghost")), time.Hour, 5))
 	var last dashboard.Sample
 	getJSON(t, url+"/api/status", &last)
 	if len(last.Providers) != 2 || last.Providers[0].Error != "" || last.Providers[1].Provider != "ghost" || last.Providers[1].Error == "" {
@@ -194,7 +179,7 @@ func BenchmarkSample50(b *testing.B) {
 	l, names, rdb := fleetGate(b, 50)
 	var calls atomic.Int64
 	rdb.AddHook(counter{&calls})
-	src := source(l, names)
+	src := dashboard.GateSource(l, names)
 	ctx := context.Background()
 	src(ctx) // functions loaded, live limits read
 	calls.Store(0)

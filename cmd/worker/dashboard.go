@@ -7,12 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/paygate/paygate/dashboard"
-	"github.com/paygate/paygate/gate"
-	"github.com/paygate/paygate/internal/report"
 	"github.com/paygate/paygate/wire"
 )
 
@@ -37,12 +34,8 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(c.Providers))
-	for name := range c.Providers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	srv := dashboard.New(statusSource(l, names), time.Second, 300)
+	names := c.ProviderNames()
+	srv := dashboard.New(dashboard.GateSource(l, names), time.Second, 300)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return usageError{fmt.Errorf("dashboard: --listen %s: %w", *listen, err)}
@@ -60,21 +53,4 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	return nil
-}
-
-// statusSource reads each provider's status as gate status --json prints it; a provider that cannot be
-// read carries the error.
-func statusSource(l *gate.Limiter, names []string) dashboard.Source {
-	return func(ctx context.Context) []dashboard.Entry {
-		out := make([]dashboard.Entry, 0, len(names))
-		for _, name := range names {
-			rep, err := report.Of(ctx, l, name)
-			e := dashboard.Entry{Status: rep}
-			if err != nil {
-				e = dashboard.Entry{Status: report.Status{Provider: name}, Error: err.Error()}
-			}
-			out = append(out, e)
-		}
-		return out
-	}
 }

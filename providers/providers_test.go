@@ -431,10 +431,11 @@ func TestConnectionPooling(t *testing.T) {
 			fresh.Store(0)
 		}
 	}
-	// A keep-alive not reused shows as a new connection for most of the 64 later requests. One stray new
-	// connection is net/http's own choice (CI saw one once, with every connection back in the idle pool:
-	// a request that finds an idle connection closing dials rather than waits).
-	if n := fresh.Load(); n > 1 {
+	// A keep-alive not reused shows as a new connection for most of the 64 later requests. A few stray new
+	// connections are net/http's own choice: a request that finds an idle connection closing, or that
+	// dials while the pool is being handed out, does not wait (CI saw 1 once, and 5 once under -race with
+	// every connection back in the idle pool). A quarter of a burst stays far below what no reuse shows.
+	if n := fresh.Load(); n > conc/4 {
 		t.Fatalf("later bursts took %d connections never used before: keep-alive not reused", n)
 	}
 	mu.Lock()

@@ -55,6 +55,9 @@ type Redis struct {
 	TLS         bool     `mapstructure:"tls"`         // rediss:// addresses turn it on too
 	TLSCAFile   string   `mapstructure:"tls_ca_file"` // PEM file of the CAs to trust; empty: the system's roots
 	KeyPrefix   string   `mapstructure:"key_prefix"`
+	// MinReplicasAcked: an admission goes out only once this many replicas hold it (gate.Options.MinReplicasAcked).
+	MinReplicasAcked   int           `mapstructure:"min_replicas_acked"`
+	ReplicasAckTimeout time.Duration `mapstructure:"replicas_ack_timeout"`
 }
 
 // Gate tunes the budget decisions.
@@ -321,6 +324,8 @@ var defaults = map[string]any{
 	"redis.tls":                        false,
 	"redis.tls_ca_file":                "",
 	"redis.key_prefix":                 "paygate",
+	"redis.min_replicas_acked":         0,
+	"redis.replicas_ack_timeout":       "50ms",
 	"gate.margin":                      "20ms",
 	"gate.margin_max":                  "100ms",
 	"gate.warmup":                      true,

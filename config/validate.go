@@ -45,6 +45,9 @@ func (c *Config) Validate() error {
 	p.check(c.Redis.DB >= 0, "redis.db", "must be >= 0, got %d", c.Redis.DB)
 	p.check(c.Redis.DB == 0 || len(c.Redis.Addrs) < 2 || c.Redis.MasterName != "",
 		"redis.db", "must be 0 with Redis Cluster (several addrs), got %d", c.Redis.DB)
+	p.check(c.Redis.MinReplicasAcked >= 0, "redis.min_replicas_acked", "must be >= 0, got %d", c.Redis.MinReplicasAcked)
+	p.check(c.Redis.ReplicasAckTimeout >= time.Millisecond && c.Redis.ReplicasAckTimeout <= gate.MaxAckTimeout,
+		"redis.replicas_ack_timeout", "must be 1ms..%s, got %s", gate.MaxAckTimeout, c.Redis.ReplicasAckTimeout)
 	p.check(c.Redis.KeyPrefix != "" && !strings.ContainsAny(c.Redis.KeyPrefix, "{} \t\n"),
 		"redis.key_prefix", "must be non-empty, without braces or whitespace, got %q", c.Redis.KeyPrefix)
 

@@ -13,6 +13,7 @@
 //	                                    the lease an admission takes is ended (Land) once its request ends
 //	                                    or the job gives the admission up
 //	gate unreachable                 -> deferred (fail closed, never dispatched unguarded)
+//	admission not on enough replicas -> given back, deferred (redis.min_replicas_acked; ErrUnacknowledged)
 //	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
 //	  since it was reserved (NotePause)
 //	woke late MaxLateTries times     -> slot released, deferred (not an attempt): never sent late
@@ -523,6 +524,12 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 	case err != nil && errors.Is(err, gate.ErrInvalid):
 		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
 		s.deadLetter(ctx, ReasonInvalid, "invalid", err)
+		return false
+	case errors.Is(err, gate.ErrUnacknowledged):
+		// Admitted, but not yet on enough replicas to survive a failover: given back, sent later.
+		w.metrics.decisions.WithLabelValues(provider, "unacknowledged").Inc()
+		w.redisLog.warn(w.log, "admissions not acknowledged by the replicas: deferring jobs", zap.String("provider", provider), zap.Error(err))
+		s.deferFor(ctx, w.cfg.RedisRetry, "unacknowledged", err)
 		return false
 	case err != nil:
 		// Fail closed: without the gate nothing is dispatched.

@@ -186,16 +186,21 @@ const evalFor = 5 * time.Minute
 // lacks it (a new server, or one restarted empty), or EVALSHA where the server has no functions or the user
 // may not call or load them. The script's own error replies are returned as they are.
 func (l *Limiter) runFamily(ctx context.Context, f *family, keys []string, args []any) *redis.Cmd {
-	if l.fn != nil && time.Now().UnixNano() >= l.evalUntil.Load() {
+	return l.runFamilyOn(ctx, l.rdb, l.fn, f, keys, args)
+}
+
+// runFamilyOn is runFamily through rdb and fn (nil: no functions): the client's, or one connection's.
+func (l *Limiter) runFamilyOn(ctx context.Context, rdb redis.Scripter, fn functions, f *family, keys []string, args []any) *redis.Cmd {
+	if fn != nil && time.Now().UnixNano() >= l.evalUntil.Load() {
 		name := f.function(args[0])
-		cmd := l.fn.FCall(ctx, name, keys, args...)
+		cmd := fn.FCall(ctx, name, keys, args...)
 		if !noFunction(cmd.Err()) {
 			return cmd
 		}
 		if !noFunctions(cmd.Err()) {
 			lerr := l.loadFamily(ctx, f)
 			if lerr == nil {
-				if cmd = l.fn.FCall(ctx, name, keys, args...); !noFunction(cmd.Err()) {
+				if cmd = fn.FCall(ctx, name, keys, args...); !noFunction(cmd.Err()) {
 					return cmd
 				}
 				// loaded elsewhere than where the call went (a proxy, say): this call by EVALSHA
@@ -207,7 +212,7 @@ func (l *Limiter) runFamily(ctx context.Context, f *family, keys []string, args 
 			l.evalUntil.Store(time.Now().Add(evalFor).UnixNano())
 		}
 	}
-	return f.eval.Run(ctx, l.rdb, keys, args...)
+	return f.eval.Run(ctx, rdb, keys, args...)
 }
 
 // noFunction tells a missing function (or no functions at all: noFunctions) from every other error.

@@ -168,9 +168,24 @@ type Options struct {
 	// DefaultDedupWindow. SlidingLog remembers ids for its longest window, in the log itself. The ids of
 	// jobs admitted in this time are the one part of those algorithms' memory that grows with traffic.
 	DedupWindow time.Duration
+	// MinReplicasAcked: an admission is used only once this many replicas have acknowledged its write
+	// (WAIT, on the connection that made it, for at most AckTimeout), so that a failover to one of them
+	// keeps it. Not acknowledged in time, it is given back (a duplicate's permit, which another delivery
+	// holds, is not) and the decision fails with ErrUnacknowledged: the job does not go out. 0: off. It
+	// needs a *redis.Client (a single node, or a Sentinel primary) or a *redis.ClusterClient.
+	MinReplicasAcked int
+	// AckTimeout bounds the wait for MinReplicasAcked: 1ms..MaxAckTimeout.
+	AckTimeout time.Duration
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its budget.
 	Providers map[string]Provider
 }
+
+// MaxAckTimeout is the longest Options.AckTimeout: a wait well within go-redis's read timeout (3s).
+const MaxAckTimeout = time.Second
+
+// ErrUnacknowledged: an admission's write did not reach Options.MinReplicasAcked replicas within
+// Options.AckTimeout. The admission was given back; the job must not go out now (ask again later).
+var ErrUnacknowledged = errors.New("gate: admission not acknowledged by enough replicas")
 
 // Limiter is the gate. It is safe for concurrent use; its state lives in Redis.
 type Limiter struct {
@@ -186,6 +201,8 @@ type Limiter struct {
 	dedup time.Duration
 	// hold and fresh time the margin in force (marginHold, marginFresh; tests shorten them)
 	hold, fresh time.Duration
+	// acks and ackMillis are Options.MinReplicasAcked and AckTimeout (ms)
+	acks, ackMillis int64
 }
 
 // The margin in force: a margin kept up is narrowed after marginHold, by steps a second apart; a worker's
@@ -372,9 +389,23 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.MarginMax < 0 || opts.MarginMax > MaxWindow {
 		return nil, fmt.Errorf("gate: margin ceiling must be 0..%s, got %s", MaxWindow, opts.MarginMax)
 	}
+	if opts.MinReplicasAcked < 0 {
+		return nil, fmt.Errorf("gate: min replicas acked must be >= 0, got %d", opts.MinReplicasAcked)
+	}
+	if opts.MinReplicasAcked > 0 {
+		switch rdb.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("gate: acknowledged admissions need a single node, Sentinel or Redis Cluster client, not %T", rdb)
+		}
+		if opts.AckTimeout < time.Millisecond || opts.AckTimeout > MaxAckTimeout {
+			return nil, fmt.Errorf("gate: ack timeout must be 1ms..%s, got %s", MaxAckTimeout, opts.AckTimeout)
+		}
+	}
 	fn, _ := rdb.(functions)
 	l := &Limiter{rdb: rdb, fn: fn, pauses: opts.Prefix + ":pauses", margin: max(opts.Margin, opts.MarginMax), stale: micros(opts.StaleAfter), providers: make(map[string]*live, len(opts.Providers)),
-		opts: opts, dedup: dedup, hold: marginHold, fresh: marginFresh}
+		opts: opts, dedup: dedup, hold: marginHold, fresh: marginFresh,
+		acks: int64(opts.MinReplicasAcked), ackMillis: opts.AckTimeout.Milliseconds()}
 	for name, spec := range opts.Providers {
 		p, err := newProvider(opts, name, spec, dedup, 0)
 		if err != nil {
@@ -801,7 +832,15 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 		forced = 1
 	}
 	m := p.inForce.Load()
-	reply, err := l.runAt(ctx, p, m, mc, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
+	var conn *redis.Conn // the admission's connection, where WAIT counts its replicas (Options.MinReplicasAcked)
+	if l.acks > 0 {
+		var err error
+		if conn, err = l.connFor(ctx, p.keys[0]); err != nil {
+			return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
+		}
+		defer conn.Close()
+	}
+	reply, err := l.runAtOn(ctx, conn, p, m, mc, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
@@ -844,8 +883,48 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 		if reply[replyInFlight] == 1 {
 			v.InFlight, v.RetryAfter = true, min(v.RetryAfter, FlightPoll)
 		}
+		return v, nil
+	}
+	if conn != nil {
+		if err := l.acknowledged(ctx, conn, p, mc, providerName, jobID, cost, v); err != nil {
+			return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
+		}
 	}
 	return v, nil
+}
+
+// connFor is a connection of its own to the primary that holds key, for an admission and its WAIT.
+func (l *Limiter) connFor(ctx context.Context, key string) (*redis.Conn, error) {
+	switch c := l.rdb.(type) {
+	case *redis.Client:
+		return c.Conn(), nil
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return node.Conn(), nil
+	}
+	return nil, fmt.Errorf("gate: no connection of its own on a %T", l.rdb) // New refuses it
+}
+
+// acknowledged waits until Options.MinReplicasAcked replicas hold what conn wrote (the admission v). When
+// they do not within AckTimeout, it gives the admission back, its lease too (a duplicate let go keeps
+// both: they stand for another delivery's permit), and fails with ErrUnacknowledged.
+func (l *Limiter) acknowledged(ctx context.Context, conn *redis.Conn, p provider, mc *merchantCall, providerName, jobID string, cost int64, v Verdict) error {
+	n, err := conn.Do(ctx, "WAIT", l.acks, l.ackMillis).Int64()
+	if err == nil && n >= l.acks {
+		return nil
+	}
+	if !v.Duplicate {
+		// Best effort: unacknowledged, the admission may be on no replica and soon on no primary either.
+		_ = l.run(ctx, p, mc, "release", jobID, cost, v.Slot().UnixMicro(), 0, 0).Err()
+		_ = l.Land(ctx, providerName, v.Lease)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: WAIT: %w", ErrUnacknowledged, err)
+	}
+	return fmt.Errorf("%w: %d of %d within %dms", ErrUnacknowledged, n, l.acks, l.ackMillis)
 }
 
 // Pause makes every worker's next decisions for the provider wait until `until` (say, after a 429 with
@@ -1143,8 +1222,16 @@ func (l *Limiter) run(ctx context.Context, p provider, mc *merchantCall, op stri
 
 // runAt calls the provider's script under margin m (µs).
 func (l *Limiter) runAt(ctx context.Context, p provider, m int64, mc *merchantCall, op string, jobID string, args ...any) *redis.Cmd {
+	return l.runAtOn(ctx, nil, p, m, mc, op, jobID, args...)
+}
+
+// runAtOn is runAt on conn (nil: any of the client's connections).
+func (l *Limiter) runAtOn(ctx context.Context, conn *redis.Conn, p provider, m int64, mc *merchantCall, op string, jobID string, args ...any) *redis.Cmd {
 	argv := make([]any, 0, 2+len(args)+2)
 	argv = append(append(argv, op, jobID), args...)
+	if conn != nil {
+		return l.runFamilyOn(ctx, conn, conn, p.script, p.keysFor(mc), p.appendArgv(argv, m, mc))
+	}
 	return l.runFamily(ctx, p.script, p.keysFor(mc), p.appendArgv(argv, m, mc))
 }
 

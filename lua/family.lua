@@ -26,7 +26,9 @@
 --                                                the lease lapses (µs): its slot plus S[8]. land.lua
 --                                                ends one
 -- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
--- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch:<shape>  STRING when this provider's state began (µs); never
+-- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch:<shape>  STRING "<began> <history>": when this provider's
+--                                                state began (µs), and the replication history it was
+--                                                written under (see current_history); never
 --                                                expires. Its name also gives the warm-up's announcement
 --                                                channel, <prefix>:pauses, and the provider's name
 --
@@ -46,7 +48,8 @@
 --          window plus margin, as its log must hold that much)
 -- S[3] -> buckets: sub-windows per window (sliding_window), else 0
 -- S[4] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
---          persistence, or this is the provider's first decision), reserve pauses the provider this
+--          persistence, or this is the provider's first decision), or was written under another
+--          replication history (a failover, a restart from a file), reserve pauses the provider this
 --          long before anything is admitted, and announces it on <prefix>:pauses as
 --          "<provider> <until_us> <now_us>": a worker holding a reservation decided before now_us
 --          holds one the state no longer knows, and must not use it; 0: off
@@ -271,6 +274,21 @@ end
 local EPS = 1e-9 -- fractions of a unit this small are rounding, not room
 
 local function int(x) return string.format('%d', x) end
+
+-- history names the replication history of the data this server holds: INFO's master_replid. Promoting
+-- a replica (a failover), restarting from an RDB or AOF file, or any other way a server comes to hold a
+-- copy that may lag what its primary acknowledged begins a new one. A function reads it at most once a
+-- second (Redis clock) and keeps it between calls; EVALSHA reads it on each reserve. It is '' where INFO
+-- is refused (an ACL without +info) or has no such field (miniredis): the history check is then off.
+local history, history_at = '', nil
+local function current_history()
+  if not history_at or now - history_at >= 1000000 or now < history_at then
+    local info = redis.pcall('INFO', 'replication')
+    history = type(info) == 'string' and string.match(info, 'master_replid:(%w+)') or ''
+    history_at = now
+  end
+  return history
+end
 local function num(x) return string.format('%.17g', x) end
 
 -- hash_pairs turns an HGETALL reply into a table.
@@ -582,17 +600,24 @@ local function run()
   else
     pause_until = tonumber(redis.call('GET', pause) or 0)
   end
-  -- Warm-up: no epoch means the state may have lost what the provider still counts. Hold the provider
-  -- until nothing admitted or reserved before the loss can share a window with what is admitted after it.
-  -- It stands whatever this decision's verdict.
-  if warmup > 0 and redis.call('EXISTS', epoch) == 0 then
-    write('SET', epoch, int(now))
+  -- Warm-up: no epoch means the state may have lost what the provider still counts; so does an epoch
+  -- written under another replication history (see current_history): the state survived a failover or a
+  -- restart, but what was admitted after its last copy was taken may not have. Hold the provider until
+  -- nothing admitted or reserved before the loss can share a window with what is admitted after it. It
+  -- stands whatever this decision's verdict. An epoch without a history (written where INFO was refused,
+  -- or by an earlier version) takes this server's, without a warm-up.
+  local began = warmup > 0 and redis.call('GET', epoch)
+  local was, h = began and string.match(began, ' (%w+)$'), warmup > 0 and current_history()
+  if warmup > 0 and (not began or (was and h ~= '' and was ~= h)) then
+    write('SET', epoch, int(now) .. ' ' .. h)
     if now + warmup > pause_until then
       pause_until = now + warmup
       write('SET', pause, int(pause_until), 'PX', int(math.ceil(warmup / 1000) + 1000))
     end
     local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch:')
     write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(pause_until) .. ' ' .. int(now))
+  elseif began and h ~= '' and was ~= h then
+    write('SET', epoch, (string.match(began, '^%d+') or int(now)) .. ' ' .. h)
   end
   -- In-flight leases: the lapsed ones go (their workers died, or never ended them); an admission needs one
   -- of the max_flight.

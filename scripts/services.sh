@@ -4,11 +4,16 @@
 #   scripts/services.sh up      install (apt-get) what is missing, start what is not running
 #   scripts/services.sh down    stop the Redis Cluster this script started (leaves Redis and RabbitMQ alone)
 #   scripts/services.sh status  print what answers
+#   scripts/services.sh sentinel up|down
+#                               a Sentinel set: a primary, one replica, three sentinels (not part of "up";
+#                               the failover tests start their own with PAYGATE_SENTINEL_PORTS and _DIR)
 #
 # Redis       127.0.0.1:6379            (no persistence)
 # RabbitMQ    127.0.0.1:5672            guest/guest
 # Cluster     127.0.0.1:7000-7002       3 masters, no replicas, files in $PAYGATE_CLUSTER_DIR
 # chromium    installed only: headless, for the dashboard's page test
+# Sentinel    127.0.0.1:6380 primary, 6381 replica, sentinels 26379-26381, master name "paygate",
+#             files in $PAYGATE_SENTINEL_DIR; ports from $PAYGATE_SENTINEL_PORTS ("primary replica s1 s2 s3")
 #
 # Idempotent: running "up" twice is harmless and fast when everything already answers.
 set -euo pipefail
@@ -103,6 +108,53 @@ cluster_down() {
 	rm -rf "$CLUSTER_DIR"
 }
 
+SENTINEL_PORTS=(${PAYGATE_SENTINEL_PORTS:-6380 6381 26379 26380 26381})
+SENTINEL_DIR=${PAYGATE_SENTINEL_DIR:-${TMPDIR:-/tmp}/paygate-redis-sentinel}
+
+# sentinel_up starts the primary, its replica and three sentinels watching it as "paygate" (quorum 2),
+# quick to fail over (down after 1s), each with a pid file in $SENTINEL_DIR.
+sentinel_up() {
+	local primary=${SENTINEL_PORTS[0]} replica=${SENTINEL_PORTS[1]}
+	if redis-cli -p "${SENTINEL_PORTS[2]}" sentinel get-master-addr-by-name paygate >/dev/null 2>&1; then return; fi
+	mkdir -p "$SENTINEL_DIR"
+	for p in "$primary" "$replica"; do
+		local extra=()
+		if [ "$p" = "$replica" ]; then extra=(--replicaof 127.0.0.1 "$primary"); fi
+		log "starting redis $p for the sentinel set"
+		redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" --appendonly no \
+			--dir "$SENTINEL_DIR" --logfile "$SENTINEL_DIR/redis-$p.log" --pidfile "$SENTINEL_DIR/redis-$p.pid" "${extra[@]}"
+		wait_for 20 "redis on $p" redis-cli -h 127.0.0.1 -p "$p" ping
+	done
+	wait_for 20 "the replica on $replica to sync" sh -c "redis-cli -p $replica info replication | grep -q master_link_status:up"
+	for p in "${SENTINEL_PORTS[@]:2}"; do
+		cat >"$SENTINEL_DIR/sentinel-$p.conf" <<-EOF
+			port $p
+			bind 127.0.0.1
+			daemonize yes
+			pidfile $SENTINEL_DIR/sentinel-$p.pid
+			logfile $SENTINEL_DIR/sentinel-$p.log
+			dir $SENTINEL_DIR
+			sentinel monitor paygate 127.0.0.1 $primary 2
+			sentinel down-after-milliseconds paygate 1000
+			sentinel failover-timeout paygate 5000
+			sentinel parallel-syncs paygate 1
+		EOF
+		log "starting sentinel $p"
+		redis-server "$SENTINEL_DIR/sentinel-$p.conf" --sentinel
+		wait_for 20 "sentinel on $p" redis-cli -p "$p" ping
+	done
+	# Each sentinel must know the replica and the other two before a failover can elect one.
+	wait_for 30 "the sentinels to find each other" sh -c \
+		"redis-cli -p ${SENTINEL_PORTS[2]} sentinel master paygate | grep -A1 -x num-other-sentinels | tail -1 | grep -qx 2"
+}
+
+sentinel_down() {
+	for f in "$SENTINEL_DIR"/*.pid; do
+		[ -e "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+	done
+	rm -rf "$SENTINEL_DIR"
+}
+
 status() {
 	printf 'redis    6379  %s\n' "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null || echo down)"
 	printf 'rabbitmq 5672  %s\n' "$(port_open 5672 && echo up || echo down)"
@@ -119,8 +171,21 @@ up)
 	;;
 down) cluster_down ;;
 status) status ;;
+sentinel)
+	case "${2:-up}" in
+	up)
+		ensure_packages
+		sentinel_up
+		;;
+	down) sentinel_down ;;
+	*)
+		echo "usage: $0 sentinel up|down" >&2
+		exit 2
+		;;
+	esac
+	;;
 *)
-	echo "usage: $0 up|down|status" >&2
+	echo "usage: $0 up|down|status|sentinel up|down" >&2
 	exit 2
 	;;
 esac

@@ -1,0 +1,372 @@
+package gate_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// Partial loss (issue: surviving a Redis failover): a replica promoted before it caught up, or a server
+// restarted from a file, holds a state that lacks what was admitted last. The gate notices the new
+// replication history and warms up; with MinReplicasAcked, nothing is used that a replica does not hold.
+
+// node is a redis-server of the test's own that it can kill and start again on the same port and
+// directory.
+type node struct {
+	t    testing.TB
+	port string
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	rdb  *redis.Client
+}
+
+func startNode(t testing.TB, args ...string) *node {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, port: strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), dir: t.TempDir(), args: args}
+	ln.Close()
+	n.rdb = redis.NewClient(&redis.Options{Addr: n.addr(), MaxRetries: -1})
+	t.Cleanup(func() { n.rdb.Close(); n.kill() })
+	n.start()
+	return n
+}
+
+func (n *node) addr() string { return "127.0.0.1:" + n.port }
+
+func (n *node) start() {
+	n.t.Helper()
+	n.cmd = exec.Command("redis-server", append([]string{"--port", n.port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", n.dir}, n.args...)...)
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatalf("redis-server (scripts/services.sh installs it): %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); n.rdb.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			n.t.Fatal("redis-server did not answer within 10s")
+		}
+	}
+}
+
+// kill ends the server at once (SIGKILL).
+func (n *node) kill() {
+	if n.cmd != nil && n.cmd.ProcessState == nil {
+		_ = n.cmd.Process.Kill()
+		_ = n.cmd.Wait()
+	}
+}
+
+func (n *node) do(args ...any) any {
+	n.t.Helper()
+	v, err := n.rdb.Do(context.Background(), args...).Result()
+	if err != nil {
+		n.t.Fatalf("redis %v: %v", args, err)
+	}
+	return v
+}
+
+// replid is the server's replication history (INFO replication's master_replid).
+func (n *node) replid() string {
+	n.t.Helper()
+	for line := range strings.SplitSeq(n.rdb.Info(context.Background(), "replication").Val(), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
+			return v
+		}
+	}
+	n.t.Fatal("no master_replid in INFO replication")
+	return ""
+}
+
+// primaryAndReplica starts two servers, the second a replica of the first through a link of the test's
+// own, in sync: a write acknowledged by WAIT. (After a full sync the primary streams nothing to a replica
+// until its first acknowledgement, up to a second later.)
+func primaryAndReplica(t *testing.T) (primary, replica *node, repl *link) {
+	t.Helper()
+	primary = startNode(t, "--repl-diskless-sync-delay", "0")
+	repl = newLink(t, primary.addr())
+	replica = startNode(t, "--replicaof", "127.0.0.1", repl.port())
+	ctx := context.Background()
+	conn := primary.rdb.Conn()
+	defer conn.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if conn.Set(ctx, "synced", 1, 0).Err() == nil {
+			if acked, _ := conn.Do(ctx, "WAIT", 1, 100).Int(); acked == 1 {
+				return primary, replica, repl
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not sync within 10s")
+		}
+	}
+}
+
+// link is a TCP proxy between a replica and its primary. Held, it forwards nothing either way and drops
+// what it reads: the replication stream lags, and what was sent meanwhile never arrives. (Stopping the
+// replica does not do: the stream waits in its socket, and is applied once it runs again. CLIENT PAUSE
+// on the replica does not either: it acknowledges what it has not applied.)
+type link struct {
+	ln     net.Listener
+	target string
+	held   atomic.Bool
+}
+
+func newLink(t testing.TB, target string) *link {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &link{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go k.pipe(c, u)
+			go k.pipe(u, c)
+		}
+	}()
+	return k
+}
+
+func (k *link) port() string { return strconv.Itoa(k.ln.Addr().(*net.TCPAddr).Port) }
+
+func (k *link) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		if k.held.Load() {
+			continue
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// promote makes the replica a primary of its own, as Sentinel does after a failover.
+func promote(replica *node) { replica.do("REPLICAOF", "NO", "ONE") }
+
+func failoverGate(t *testing.T, rdb redis.Scripter, prefix string, acks int, policies ...gate.Policy) *gate.Limiter {
+	t.Helper()
+	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 5 * time.Millisecond, WarmUp: true, WarmUpCap: 100 * time.Millisecond,
+		MinReplicasAcked: acks, AckTimeout: 50 * time.Millisecond, Providers: map[string]gate.Provider{prov: {Policies: policies}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// begun writes the provider's epoch as an earlier version did (no history): no first-use warm-up.
+func begun(t *testing.T, rdb *redis.Client, l *gate.Limiter) string {
+	t.Helper()
+	keys, _ := l.Keys(prov)
+	epoch := keys[len(keys)-1]
+	if err := rdb.Set(context.Background(), epoch, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return epoch
+}
+
+// The state survives a failover, but it is a replica's copy: the first decision on the promoted replica
+// finds the epoch written under the old primary's history and warms up, as after a loss; the ones after
+// it, under the same history, do not. So does a restart from an RDB file taken before the last admissions.
+// (Before the history check, both answered at once from the older state.)
+func TestNewHistoryWarmsUp(t *testing.T) {
+	ctx := context.Background()
+	primary, replica, _ := primaryAndReplica(t)
+	prefix := uniquePrefix(t)
+	l := failoverGate(t, primary.rdb, prefix, 0, pol(5, time.Second))
+	epoch := begun(t, primary.rdb, l)
+	for i := range 2 {
+		if v := mustReserve(t, l, id(i), 1, 0); !v.Allowed || v.Paused {
+			t.Fatalf("job %d on the primary: %+v, want admitted at once (an epoch without a history takes the server's)", i, v)
+		}
+	}
+	if got, want := primary.rdb.Get(ctx, epoch).Val(), "1 "+primary.replid(); got != want {
+		t.Fatalf("epoch %q, want %q", got, want)
+	}
+	if n := primary.do("WAIT", 1, 2000).(int64); n != 1 {
+		t.Fatalf("WAIT: %d replicas, want 1", n)
+	}
+
+	promote(replica)
+	onReplica := failoverGate(t, replica.rdb, prefix, 0, pol(5, time.Second))
+	v := mustReserve(t, onReplica, id(2), 1, 0)
+	if v.Allowed || !v.Paused || v.RetryAfter < 100*time.Millisecond {
+		t.Fatalf("first decision on the promoted replica: %+v, want the warm-up", v)
+	}
+	if got := replica.rdb.Get(ctx, epoch).Val(); !strings.HasSuffix(got, " "+replica.replid()) {
+		t.Fatalf("epoch after the warm-up %q, want the new history %s", got, replica.replid())
+	}
+	time.Sleep(v.RetryAfter)
+	if v := mustReserve(t, onReplica, id(3), 1, 0); !v.Allowed || v.Paused {
+		t.Fatalf("after the warm-up: %+v, want admitted at once", v)
+	}
+
+	// A restart from a snapshot: saved, one more admission, then the server dies and comes back from the file.
+	replica.do("SAVE")
+	if v := mustReserve(t, onReplica, id(4), 1, 0); !v.Allowed {
+		t.Fatalf("after the snapshot: %+v", v)
+	}
+	replica.kill()
+	replica.args = nil // a primary now, started from the snapshot (dump.rdb in its directory)
+	replica.start()
+	if replica.rdb.Exists(ctx, epoch).Val() != 1 {
+		t.Fatal("the epoch did not survive the restart from the snapshot")
+	}
+	if v := mustReserve(t, onReplica, id(5), 1, 0); v.Allowed || !v.Paused {
+		t.Fatalf("first decision after the restart from a snapshot: %+v, want the warm-up", v)
+	}
+}
+
+// Under EVALSHA (a server without functions, or an ACL without them) the check is the same.
+func TestNewHistoryWarmsUpUnderEval(t *testing.T) {
+	primary, replica, _ := primaryAndReplica(t)
+	prefix := uniquePrefix(t)
+	l := failoverGate(t, primary.rdb, prefix, 0, pol(5, time.Second))
+	gate.ForceEval(l)
+	begun(t, primary.rdb, l)
+	if v := mustReserve(t, l, "a", 1, 0); !v.Allowed || v.Paused {
+		t.Fatalf("on the primary: %+v", v)
+	}
+	primary.do("WAIT", 1, 2000)
+	promote(replica)
+	onReplica := failoverGate(t, replica.rdb, prefix, 0, pol(5, time.Second))
+	gate.ForceEval(onReplica)
+	if v := mustReserve(t, onReplica, "b", 1, 0); v.Allowed || !v.Paused {
+		t.Fatalf("on the promoted replica: %+v, want the warm-up", v)
+	}
+}
+
+// The failover the warm-up cannot cover: a window longer than it (here 10/1m, the warm-up capped at
+// 100ms, as a daily cap is by gate.warmup_max). The replication link stops (it lags), three more jobs
+// are decided, the primary dies, and the replica is promoted. Without
+// acknowledgements those three were admitted and sent, the promoted replica never heard of them, and it
+// admits the minute's budget again: 13 requests in the minute. With MinReplicasAcked 1 none of the three
+// is acknowledged: each fails with ErrUnacknowledged and does not go out, and the minute holds 10.
+func TestAcknowledgedAdmissionsSurviveFailover(t *testing.T) {
+	for _, acks := range []int{0, 1} {
+		t.Run("min_replicas_acked="+strconv.Itoa(acks), func(t *testing.T) {
+			primary, replica, repl := primaryAndReplica(t)
+			prefix := uniquePrefix(t)
+			l := failoverGate(t, primary.rdb, prefix, acks, pol(10, time.Minute))
+			begun(t, primary.rdb, l)
+			sent := 0
+			decide := func(l *gate.Limiter, job string) (bool, error) {
+				v, err := l.Reserve(context.Background(), prov, job, 1, 0)
+				if err == nil && v.Allowed {
+					sent++ // the worker sends it
+				}
+				return err == nil && v.Allowed, err
+			}
+			for i := range 4 {
+				if ok, err := decide(l, id(i)); !ok {
+					t.Fatalf("job %d with the replica in sync: %v", i, err)
+				}
+			}
+			primary.do("WAIT", 1, 2000) // the replica holds these four
+			repl.held.Store(true)
+			for i := 4; i < 7; i++ {
+				ok, err := decide(l, id(i))
+				switch {
+				case acks == 0 && !ok:
+					t.Fatalf("job %d, no acknowledgement asked: %v, want admitted", i, err)
+				case acks > 0 && (ok || !errors.Is(err, gate.ErrUnacknowledged)):
+					t.Fatalf("job %d with the replica lagging: admitted %v, %v; want ErrUnacknowledged", i, ok, err)
+				}
+			}
+			if acks > 0 {
+				st, err := l.Status(context.Background(), prov)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if used := st.Policies[0].Used + st.Policies[0].Reserved; used != 4 {
+					t.Errorf("the primary counts %d units after the unacknowledged jobs, want 4: they were given back", used)
+				}
+			}
+			primary.kill()
+			promote(replica)
+
+			onReplica := failoverGate(t, replica.rdb, prefix, 0, pol(10, time.Minute))
+			for i := 7; i < 30; i++ {
+				v, err := onReplica.Reserve(context.Background(), prov, id(i), 1, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v.Paused && !v.Allowed {
+					time.Sleep(v.RetryAfter) // the warm-up (100ms): the new history
+					continue
+				}
+				if v.Allowed {
+					sent++
+				}
+			}
+			t.Logf("min_replicas_acked %d: %d requests sent in the minute (limit 10)", acks, sent)
+			switch {
+			case acks == 0 && sent != 13:
+				t.Errorf("without acknowledgements %d sent, want 13: the lagging replica forgets 3 and admits them again", sent)
+			case acks > 0 && sent != 10:
+				t.Errorf("with acknowledgements %d sent in the minute, want exactly the limit, 10", sent)
+			}
+		})
+	}
+}
+
+// Acknowledged admissions cost a WAIT on the admission's own connection; a denial none. Options check
+// what it needs.
+func TestAcknowledgedAdmissionsOptions(t *testing.T) {
+	rdb := backends(t)[0].rdb
+	for _, o := range []gate.Options{
+		{MinReplicasAcked: -1},
+		{MinReplicasAcked: 1},
+		{MinReplicasAcked: 1, AckTimeout: 2 * time.Second},
+	} {
+		o.Prefix, o.Providers = "x", map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, time.Second)}}}
+		if _, err := gate.New(rdb, o); err == nil {
+			t.Errorf("%+v: no error", o)
+		}
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:6379"}})
+	defer ring.Close()
+	if _, err := gate.New(ring, gate.Options{Prefix: "x", MinReplicasAcked: 1, AckTimeout: time.Millisecond,
+		Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, time.Second)}}}}); err == nil {
+		t.Error("a Ring with acknowledged admissions: no error")
+	}
+	// A server without replicas never acknowledges: the admission is refused and given back.
+	l, err := gate.New(rdb, gate.Options{Prefix: uniquePrefix(t), MinReplicasAcked: 1, AckTimeout: 5 * time.Millisecond,
+		Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, time.Hour)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := l.Reserve(context.Background(), prov, id(i), 1, 0); !errors.Is(err, gate.ErrUnacknowledged) {
+			t.Fatalf("job %d on a server without replicas: %v, want ErrUnacknowledged each time (the unit given back)", i, err)
+		}
+	}
+}

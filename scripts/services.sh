@@ -112,19 +112,23 @@ SENTINEL_PORTS=(${PAYGATE_SENTINEL_PORTS:-6380 6381 26379 26380 26381})
 SENTINEL_DIR=${PAYGATE_SENTINEL_DIR:-${TMPDIR:-/tmp}/paygate-redis-sentinel}
 
 # sentinel_up starts the primary, its replica and three sentinels watching it as "paygate" (quorum 2),
-# quick to fail over (down after 1s), each with a pid file in $SENTINEL_DIR.
+# quick to fail over (down after 1s), each with a pid file in $SENTINEL_DIR. Run again on a set that
+# stands, it restarts a Redis that is down (the sentinels make it a replica of the primary in force),
+# as a supervisor would.
 sentinel_up() {
-	local primary=${SENTINEL_PORTS[0]} replica=${SENTINEL_PORTS[1]}
-	if redis-cli -p "${SENTINEL_PORTS[2]}" sentinel get-master-addr-by-name paygate >/dev/null 2>&1; then return; fi
+	local primary=${SENTINEL_PORTS[0]} replica=${SENTINEL_PORTS[1]} fresh=1
+	if redis-cli -p "${SENTINEL_PORTS[2]}" sentinel get-master-addr-by-name paygate >/dev/null 2>&1; then fresh=0; fi
 	mkdir -p "$SENTINEL_DIR"
 	for p in "$primary" "$replica"; do
+		if redis-cli -p "$p" ping >/dev/null 2>&1; then continue; fi
 		local extra=()
-		if [ "$p" = "$replica" ]; then extra=(--replicaof 127.0.0.1 "$primary"); fi
+		if [ "$p" = "$replica" ] && [ $fresh = 1 ]; then extra=(--replicaof 127.0.0.1 "$primary"); fi
 		log "starting redis $p for the sentinel set"
-		redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" --appendonly no \
+		redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" --appendonly no --repl-diskless-sync-delay 0 \
 			--dir "$SENTINEL_DIR" --logfile "$SENTINEL_DIR/redis-$p.log" --pidfile "$SENTINEL_DIR/redis-$p.pid" "${extra[@]}"
 		wait_for 20 "redis on $p" redis-cli -h 127.0.0.1 -p "$p" ping
 	done
+	if [ $fresh = 0 ]; then return; fi
 	wait_for 20 "the replica on $replica to sync" sh -c "redis-cli -p $replica info replication | grep -q master_link_status:up"
 	for p in "${SENTINEL_PORTS[@]:2}"; do
 		cat >"$SENTINEL_DIR/sentinel-$p.conf" <<-EOF

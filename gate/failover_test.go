@@ -370,3 +370,90 @@ func TestAcknowledgedAdmissionsOptions(t *testing.T) {
 		}
 	}
 }
+
+// The same on a Redis Cluster whose shards have a replica each (six servers of the test's own; the shared
+// test cluster has no replicas): admissions acknowledged by the shard's replica, the shard's primary
+// killed -9, the replica promoted by the cluster. Every admission is on the promoted replica, and its
+// first decision warms up (a new history on that shard).
+func TestClusterFailover(t *testing.T) {
+	ctx := context.Background()
+	nodes := make([]*node, 6)
+	var addrs []string
+	for i := range nodes {
+		nodes[i] = startNode(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+			"--repl-diskless-sync-delay", "0")
+		addrs = append(addrs, nodes[i].addr())
+	}
+	create := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "1", "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	clusterOK := func(n *node) bool { return strings.Contains(n.rdb.ClusterInfo(ctx).Val(), "cluster_state:ok") }
+	waitUntil(t, "the cluster to form", func() bool { return clusterOK(nodes[0]) })
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer cc.Close()
+	prefix := uniquePrefix(t)
+	l := failoverGate(t, cc, prefix, 1, pol(10, time.Minute))
+	keys, _ := l.Keys(prov)
+	// The first decision warms up (first use, 100ms + margin); the first admission acknowledged says the
+	// shard's replica streams.
+	waitUntil(t, "an admission acknowledged by the shard's replica", func() bool {
+		v, err := l.Reserve(ctx, prov, id(0), 1, 0)
+		return err == nil && v.Allowed
+	})
+	const admitted = 5
+	for i := 1; i < admitted; i++ {
+		v, err := l.Reserve(ctx, prov, id(i), 1, 0)
+		if err != nil || !v.Allowed {
+			t.Fatalf("job %d: %+v, %v", i, v, err)
+		}
+	}
+
+	primary, err := cc.MasterForKey(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victim, heir *node
+	for _, n := range nodes {
+		if n.addr() == primary.Options().Addr {
+			victim = n
+		}
+	}
+	for _, n := range nodes {
+		if n != victim && strings.Contains(n.rdb.Info(ctx, "replication").Val(), "master_port:"+victim.port) {
+			heir = n
+		}
+	}
+	if heir == nil {
+		t.Fatalf("no replica of %s", victim.addr())
+	}
+	victim.kill()
+	waitUntil(t, "the replica promoted", func() bool {
+		return strings.Contains(heir.rdb.Info(ctx, "replication").Val(), "role:master") && clusterOK(heir)
+	})
+	var v gate.Verdict
+	waitUntil(t, "a decision on the promoted replica", func() bool {
+		v, err = l.Reserve(ctx, prov, id(10), 1, 0)
+		return err == nil || errors.Is(err, gate.ErrUnacknowledged) // no replica now: nothing is acknowledged
+	})
+	if err != nil || v.Allowed || !v.Paused {
+		t.Errorf("first decision on the promoted replica: %+v, %v; want the warm-up (a denial: nothing to acknowledge)", v, err)
+	}
+	onHeir := failoverGate(t, heir.rdb, prefix, 0, pol(10, time.Minute))
+	st, err := onHeir.Status(ctx, prov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Units != admitted {
+		t.Errorf("the promoted replica holds %d units, want the %d acknowledged admissions", st.Units, admitted)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 30s waiting for %s", what)
+		}
+	}
+}

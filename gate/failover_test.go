@@ -93,7 +93,7 @@ func (n *node) replid() string {
 // primaryAndReplica starts two servers, the second a replica of the first through a link of the test's
 // own, in sync: a write acknowledged by WAIT. (After a full sync the primary streams nothing to a replica
 // until its first acknowledgement, up to a second later.)
-func primaryAndReplica(t *testing.T) (primary, replica *node, repl *link) {
+func primaryAndReplica(t testing.TB) (primary, replica *node, repl *link) {
 	t.Helper()
 	primary = startNode(t, "--repl-diskless-sync-delay", "0")
 	repl = newLink(t, primary.addr())

@@ -249,3 +249,41 @@ func BenchmarkAlgorithmMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReserveAcked is the cost of redis.min_replicas_acked: each admission, then the WAIT for one
+// replica on its own connection, against a primary and a replica of the benchmark's own, beside the same
+// admissions without it. (docs/reliability.md quotes it.)
+func BenchmarkReserveAcked(b *testing.B) {
+	primary, _, _ := primaryAndReplica(b)
+	ctx := context.Background()
+	for _, acks := range []int{0, 1} {
+		b.Run(fmt.Sprintf("min_replicas_acked=%d", acks), func(b *testing.B) {
+			l, err := gate.New(primary.rdb, gate.Options{Prefix: uniquePrefix(b), Margin: 10 * time.Millisecond, MinReplicasAcked: acks,
+				AckTimeout: 100 * time.Millisecond, Providers: map[string]gate.Provider{prov: {Policies: roomy}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if v, err := l.Reserve(ctx, prov, strconv.FormatInt(n.Add(1), 10), 1, time.Second); err != nil || !v.Allowed {
+						b.Fatalf("%+v %v", v, err)
+					}
+				}
+			})
+			b.Run("parallel16", func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if v, err := l.Reserve(ctx, prov, strconv.FormatInt(n.Add(1), 10), 1, time.Second); err != nil || !v.Allowed {
+							b.Errorf("%+v %v", v, err)
+							return
+						}
+					}
+				})
+			})
+		})
+	}
+}

@@ -123,5 +123,8 @@ func (r Redis) String() string {
 	if r.PasswordEnv != "" && Secret(r.PasswordEnv) != "" {
 		s += " auth from $" + r.PasswordEnv
 	}
+	if r.MinReplicasAcked > 0 {
+		s += fmt.Sprintf(" admissions acked by %d replicas within %s", r.MinReplicasAcked, r.ReplicasAckTimeout)
+	}
 	return s
 }

@@ -41,9 +41,10 @@ func (openGate) ReserveFor(context.Context, string, string, string, int64, time.
 func (openGate) ReleaseFor(context.Context, string, string, string, int64, time.Time) (int64, error) {
 	return 0, nil
 }
-func (openGate) Pause(context.Context, string, time.Time) error { return nil }
-func (openGate) Sent(context.Context, string, string) error     { return nil }
-func (openGate) Land(context.Context, string, string) error     { return nil }
+func (openGate) Pause(context.Context, string, time.Time) error   { return nil }
+func (openGate) Sent(context.Context, string, string) error       { return nil }
+func (openGate) Land(context.Context, string, string) error       { return nil }
+func (openGate) CountEvent(context.Context, string, string) error { return nil }
 func (openGate) ReportLateness(context.Context, string, string, time.Duration) (gate.MarginState, error) {
 	return gate.MarginState{}, nil
 }

@@ -129,6 +129,17 @@ type Gate interface {
 	// Land ends an in-flight lease (gate.Verdict.Lease; "" is nothing to end) once the request ended or
 	// the admission was given up.
 	Land(ctx context.Context, provider, lease string) error
+	// CountEvent counts a provider's 429 (gate.EventThrottled) or dead letter (gate.EventDead + reason)
+	// for the operator's view (worker dashboard).
+	CountEvent(ctx context.Context, provider, event string) error
+}
+
+// countEvent counts event for provider at the gate; a failure is only logged at debug (the count is for
+// the dashboard, never in a job's way).
+func (w *Worker) countEvent(ctx context.Context, provider, event string) {
+	if err := w.gate.CountEvent(ctx, provider, event); err != nil {
+		w.log.Debug("event not counted", zap.String("provider", provider), zap.String("event", event), zap.Error(err))
+	}
 }
 
 // Dispatcher hands a job to one provider (providers.Client).
@@ -458,6 +469,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 				w.metrics.margin.WithLabelValues(provider).Set(st.Margin.Seconds())
 			}
 		}
+		w.countEvent(ctx, provider, gate.EventThrottled)
 		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
 	case errors.Is(err, providers.ErrPermanent):
 		s.attempt++
@@ -818,7 +830,11 @@ func (s *settlement) deferFor(ctx context.Context, after time.Duration, outcome 
 func (s *settlement) deadLetter(ctx context.Context, reason Reason, outcome string, why error) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
-	s.done(outcome, s.d.DeadLetter(ctx, reason, s.attempt, why), why, zap.String("reason", string(reason)))
+	err := s.d.DeadLetter(ctx, reason, s.attempt, why)
+	if err == nil {
+		s.w.countEvent(ctx, s.provider, gate.EventDead+string(reason))
+	}
+	s.done(outcome, err, why, zap.String("reason", string(reason)))
 }
 
 func (s *settlement) requeue(ctx context.Context) {

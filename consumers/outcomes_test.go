@@ -80,6 +80,7 @@ type fakeGate struct {
 	paused    []time.Time // the pauses' ends
 	sent      []string
 	throttles int
+	events    []string // CountEvent: "<provider> <event>"
 	landed    []string // the leases ended
 	landedAt  []time.Time
 }
@@ -136,6 +137,13 @@ func (g *fakeGate) Land(_ context.Context, provider, lease string) error {
 
 func (g *fakeGate) ReportLateness(context.Context, string, string, time.Duration) (gate.MarginState, error) {
 	return gate.MarginState{}, nil
+}
+
+func (g *fakeGate) CountEvent(_ context.Context, provider, event string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.events = append(g.events, provider+" "+event)
+	return nil
 }
 
 func (g *fakeGate) ReportThrottle(context.Context, string, string) (gate.MarginState, error) {
@@ -239,6 +247,11 @@ func TestOutcomes(t *testing.T) {
 		// gate unreachable -> deferred (fail closed, never dispatched unguarded)
 		{name: "gate unreachable: fail closed", attempt: 3, gate: []answer{{err: unreachable}},
 			want:  []settled{{kind: "defer", attempt: 3, after: redisRetry, why: "connection refused"}},
+			calls: calls{reserve: 1}},
+		// admission not on enough replicas -> given back (by the gate), deferred
+		{name: "admission not acknowledged by the replicas: deferred, not sent", attempt: 1,
+			gate:  []answer{{err: fmt.Errorf("gate: reserve p/x: %w: 0 of 1 within 50ms", gate.ErrUnacknowledged)}},
+			want:  []settled{{kind: "defer", attempt: 1, after: redisRetry, why: "not acknowledged"}},
 			calls: calls{reserve: 1}},
 
 		// slot inside a pause announced since it was reserved (NotePause) -> deferred past the pause, slot
@@ -369,6 +382,9 @@ func TestOutcomes(t *testing.T) {
 				if d := time.Until(g.paused[0]); d <= time.Second || d > 2*time.Second {
 					t.Errorf("paused until %v from now, want about 2s", d)
 				}
+				if len(g.events) != 1 || !strings.HasSuffix(g.events[0], " "+gate.EventThrottled) {
+					t.Errorf("events counted %q, want the 429", g.events)
+				}
 			}},
 		{name: "429: the next job waits out the pause without asking the gate", jobs: 2, provider: []error{throttled},
 			want: []settled{
@@ -394,7 +410,12 @@ func TestOutcomes(t *testing.T) {
 			}},
 		{name: "transient at max attempts: dead letter", attempt: maxAttempts - 1, provider: []error{serverError},
 			want:  []settled{{kind: "dead", reason: consumers.ReasonExhausted, attempt: maxAttempts, why: "503"}},
-			calls: calls{reserve: 1, dispatch: 1}},
+			calls: calls{reserve: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, _ *fakeProvider) {
+				if want := gate.EventDead + string(consumers.ReasonExhausted); len(g.events) != 1 || !strings.HasSuffix(g.events[0], " "+want) {
+					t.Errorf("events counted %q, want %s", g.events, want)
+				}
+			}},
 
 		// permanent failure (4xx) -> dead letter ("permanent")
 

@@ -430,6 +430,10 @@ func (c countingGate) ReportThrottle(ctx context.Context, provider, reporter str
 	return c.g.ReportThrottle(ctx, provider, reporter)
 }
 
+func (c countingGate) CountEvent(ctx context.Context, provider, event string) error {
+	return c.g.CountEvent(ctx, provider, event)
+}
+
 func (c countingGate) Land(ctx context.Context, provider, lease string) error {
 	return c.g.Land(ctx, provider, lease) // the demo's providers have no in-flight cap: never a call
 }

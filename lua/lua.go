@@ -65,3 +65,8 @@ var FixedWindow string
 //
 //go:embed leaky_bucket.lua
 var LeakyBucket string
+
+// Events counts a provider's notable outcomes (429s, dead letters by reason) per minute, for the dashboard.
+//
+//go:embed events.lua
+var Events string

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,11 @@ var page embed.FS
 // (Redis down, say) is reported in its entry's error.
 type Source func(ctx context.Context) []Entry
 
-// GateSource reads the named providers through l, as gate status --json prints them (report.Of).
+// EventMinutes is how many minutes of 429s and dead letters an entry carries.
+const EventMinutes = 10
+
+// GateSource reads the named providers through l, as gate status --json prints them (report.Of), with
+// their 429s and dead letters of the last EventMinutes minutes (gate.Limiter.EventsSince).
 func GateSource(l *gate.Limiter, names []string) Source {
 	return func(ctx context.Context) []Entry {
 		out := make([]Entry, 0, len(names))
@@ -36,8 +41,48 @@ func GateSource(l *gate.Limiter, names []string) Source {
 			e := Entry{Status: rep}
 			if err != nil {
 				e = Entry{Status: report.Status{Provider: name}, Error: err.Error()}
+				out = append(out, e)
+				continue
+			}
+			minutes, err := l.EventsSince(ctx, name, time.Now().Add(-(EventMinutes-1)*time.Minute))
+			if err != nil {
+				e.Error = err.Error()
+			}
+			for _, m := range minutes {
+				em := Minute{At: m.Minute.UTC(), Throttled: m.Counts[gate.EventThrottled]}
+				for k, n := range m.Counts {
+					if reason, ok := strings.CutPrefix(k, gate.EventDead); ok {
+						if em.Dead == nil {
+							em.Dead = map[string]int64{}
+						}
+						em.Dead[reason] = n
+					}
+				}
+				e.Events = append(e.Events, em)
 			}
 			out = append(out, e)
+		}
+		return out
+	}
+}
+
+// Backlog reads how many jobs wait in the broker, by provider name (RabbitMQ: the ready messages of its
+// queue; Kafka: the consumer group's lag on its topic). A provider left out is unknown.
+type Backlog func(ctx context.Context) (map[string]int64, error)
+
+// WithBacklog is src with each entry's Queued read from b (an error is the entry's, once per sample).
+func WithBacklog(src Source, b Backlog) Source {
+	return func(ctx context.Context) []Entry {
+		out := src(ctx)
+		queued, err := b(ctx)
+		for i := range out {
+			if err != nil {
+				out[i].BacklogError = err.Error()
+				continue
+			}
+			if n, ok := queued[out[i].Provider]; ok {
+				out[i].Queued = &n
+			}
 		}
 		return out
 	}
@@ -47,6 +92,19 @@ func GateSource(l *gate.Limiter, names []string) Source {
 type Entry struct {
 	report.Status
 	Error string `json:"error,omitempty"`
+	// Queued is how many jobs wait in the broker (Backlog); nil when unknown, and BacklogError says why.
+	Queued       *int64 `json:"queued,omitempty"`
+	BacklogError string `json:"backlog_error,omitempty"`
+	// Events are the provider's 429s and dead letters, counted per minute by every worker, the last
+	// EventMinutes minutes, oldest first.
+	Events []Minute `json:"events,omitempty"`
+}
+
+// Minute is one minute of a provider's events: 429s, and dead letters by reason.
+type Minute struct {
+	At        time.Time        `json:"at"`
+	Throttled int64            `json:"throttled"`
+	Dead      map[string]int64 `json:"dead,omitempty"`
 }
 
 // Sample is what the page receives every second: the time it was read (this host's clock) and every

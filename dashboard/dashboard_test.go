@@ -203,3 +203,45 @@ func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
 }
+
+// Each entry carries the provider's 429s and dead letters per minute, as workers counted them in Redis,
+// and the jobs waiting in the broker (a Backlog); a backlog that cannot be read says so on every entry.
+func TestDashboardShowsEventsAndBacklog(t *testing.T) {
+	l, names, _ := fleetGate(t, 2)
+	ctx := context.Background()
+	for _, ev := range []string{gate.EventThrottled, gate.EventThrottled, gate.EventDead + "permanent"} {
+		if err := l.CountEvent(ctx, names[1], ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backlogErr := error(nil)
+	src := dashboard.WithBacklog(dashboard.GateSource(l, names), func(context.Context) (map[string]int64, error) {
+		if backlogErr != nil {
+			return nil, backlogErr
+		}
+		return map[string]int64{names[1]: 42}, nil
+	})
+	got := src(ctx)
+	if got[0].Queued != nil || got[1].Queued == nil || *got[1].Queued != 42 {
+		t.Fatalf("queued: %v, %v; want unknown for %s and 42 for %s", got[0].Queued, got[1].Queued, names[0], names[1])
+	}
+	var throttled, dead int64
+	for _, m := range got[1].Events {
+		throttled += m.Throttled
+		dead += m.Dead["permanent"]
+	}
+	if n := len(got[1].Events); n < dashboard.EventMinutes || n > dashboard.EventMinutes+1 || throttled != 2 || dead != 1 {
+		t.Fatalf("%s's events %+v: want %d minutes holding 2 429s and 1 permanent dead letter", names[1], got[1].Events, dashboard.EventMinutes)
+	}
+	for _, m := range got[0].Events {
+		if m.Throttled != 0 || len(m.Dead) != 0 {
+			t.Fatalf("%s's events %+v: want none", names[0], got[0].Events)
+		}
+	}
+	backlogErr = fmt.Errorf("rabbitmq: connect: refused")
+	for _, e := range src(ctx) {
+		if e.Queued != nil || !strings.Contains(e.BacklogError, "refused") || e.Error != "" {
+			t.Fatalf("with the broker unreachable: %+v", e)
+		}
+	}
+}

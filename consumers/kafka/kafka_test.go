@@ -105,3 +105,58 @@ func TestTopicsOf(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// The dashboard's queue depth on Kafka: the group's lag on a provider's topic, the records not yet
+// committed, falls to 0 once they are settled.
+func TestLag(t *testing.T) {
+	bs := brokers(t)
+	o := kafka.Options{Brokers: bs, Group: unique(), TopicPrefix: unique(), Partitions: 2,
+		Providers: []string{"acme"}, DelayTiers: []time.Duration{300 * time.Millisecond}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := kafka.Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, leave := context.WithCancel(ctx) // the group member's life: ended before Close
+	defer func() { leave(); b.Abandon(); b.Close() }()
+	for i := range 5 {
+		if err := b.Publish(ctx, "acme", []byte(`{"id":"l`+strconv.Itoa(i)+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	topic := kafka.TopicsOf(o.TopicPrefix, o.Providers, o.DelayTiers).Providers[0]
+	lag := func() int64 {
+		got, err := kafka.Lag(ctx, bs, o.Group, []string{topic, o.TopicPrefix + ".nope"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got[o.TopicPrefix+".nope"]; ok || len(got) != 1 {
+			t.Fatalf("lag %v: want only %s", got, topic)
+		}
+		return got[topic]
+	}
+	if n := lag(); n != 5 {
+		t.Fatalf("lag before consuming: %d, want 5", n)
+	}
+	stream, err := b.Consume(member, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		select {
+		case d := <-stream:
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("fewer than 5 records consumed within 30s")
+		}
+	}
+	for lag() != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("lag %d after every record was settled", lag())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -719,3 +719,65 @@ func DeleteTopology(url string, t Topology) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Inspector reads how many messages wait in queues (passive declares), for the operator's view: on a
+// connection of its own, opened on first use and again after a failure. Safe for concurrent use.
+type Inspector struct {
+	url string
+	tls *tls.Config
+	mu  sync.Mutex
+	con *amqp.Connection
+}
+
+// NewInspector returns an inspector of the broker at url (amqps:// with tlsc, as Options.TLS).
+func NewInspector(url string, tlsc *tls.Config) *Inspector { return &Inspector{url: url, tls: tlsc} }
+
+// Depths returns the ready messages of each queue that exists (a missing one is left out).
+func (i *Inspector) Depths(queues []string) (map[string]int64, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.con == nil || i.con.IsClosed() {
+		con, err := amqp.DialConfig(i.url, amqp.Config{TLSClientConfig: i.tls, Properties: amqp.Table{"connection_name": "paygate-dashboard"}})
+		if err != nil {
+			return nil, fmt.Errorf("rabbitmq: connect %s: %w", redact(i.url), err)
+		}
+		i.con = con
+	}
+	out := make(map[string]int64, len(queues))
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			_ = ch.Close()
+		}
+	}()
+	for _, q := range queues {
+		if ch == nil || ch.IsClosed() {
+			var err error
+			if ch, err = i.con.Channel(); err != nil {
+				_ = i.con.Close()
+				return nil, fmt.Errorf("rabbitmq: channel: %w", err)
+			}
+		}
+		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		var ae *amqp.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+			continue // not declared yet (no worker has run): the channel is closed, the next one opens another
+		case err != nil:
+			_ = i.con.Close()
+			return nil, fmt.Errorf("rabbitmq: queue %s: %w", q, err)
+		}
+		out[q] = int64(st.Messages)
+	}
+	return out, nil
+}
+
+// Close closes the inspector's connection.
+func (i *Inspector) Close() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.con != nil {
+		return i.con.Close()
+	}
+	return nil
+}

@@ -256,3 +256,31 @@ func TestTopologyOf(t *testing.T) {
 		t.Fatalf("%+v, want %+v", got, want)
 	}
 }
+
+// The dashboard's queue depth: the ready messages of each queue that exists, by passive declare; a queue
+// not declared is left out, and the inspector goes on with the others.
+func TestInspectorDepths(t *testing.T) {
+	br, x := open(t)
+	ctx := context.Background()
+	for i := range 3 {
+		if err := br.Publish(ctx, "acme", []byte(`{"id":"d`+strconv.Itoa(i)+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := rabbitmq.NewInspector(testenv.AMQPURL(), nil)
+	defer in.Close()
+	queue := rabbitmq.TopologyOf(x, []string{"acme"}, nil).Queues[0]
+	var got map[string]int64
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if got, err = in.Depths([]string{x + ".nope", queue, x + ".nope2"}); err != nil {
+			t.Fatal(err)
+		}
+		if got[queue] == 3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(got) != 1 || got[queue] != 3 {
+		t.Fatalf("depths %v, want %s: 3 and nothing for the queues that do not exist", got, queue)
+	}
+}

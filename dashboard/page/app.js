@@ -42,6 +42,8 @@ function card(p) {
   if (p.paused_until) meta.push(`<span class="paused" data-paused="1">paused until ${esc(p.paused_until)}</span>`);
   meta.push(`margin ${Number(p.margin_ms || 0).toFixed(0)} ms (${esc(p.margin_why || '')})`);
   if (p.max_in_flight > 0) meta.push(`in flight <span class="in-flight">${p.in_flight}</span> of ${p.max_in_flight}`);
+  if (p.queued !== undefined) meta.push(`queued <span class="queued">${p.queued}</span>`);
+  else if (p.backlog_error) meta.push(`queued ? <span class="error">${esc(p.backlog_error)}</span>`);
   let rows = '';
   (p.policies || []).forEach((pol, i) => {
     rows += `<tr data-policy="${i}"><td class="limit">${esc(pol.limit)}</td><td class="used">${pol.used}</td>` +
@@ -54,10 +56,23 @@ function card(p) {
     merchants = `<div class="merchants">merchants seen: ${p.merchants.seen}${top ? '; top: ' + top : ''}</div>`;
   }
   const err = p.error ? `<div class="error">${esc(p.error)}</div>` : '';
+  const ev = events(p.events || []);
   return `<article class="provider" data-provider="${esc(p.provider)}"><h2>${esc(p.provider)}</h2>` +
     `<div class="meta">${meta.join(' · ')}</div>${err}` +
     `<table><tr><th>limit</th><th>used</th><th>reserved</th><th>remaining</th><th>reset in</th><th>last ${keep} s</th></tr>${rows}</table>` +
-    `${merchants}</article>`;
+    `${ev}${merchants}</article>`;
+}
+
+// events is a provider's 429s per minute (the last whole minute, and this one so far) and its dead letters
+// by reason over the minutes the sample carries, as every worker counted them.
+function events(minutes) {
+  if (!minutes.length) return '';
+  const now = minutes[minutes.length - 1], prev = minutes.length > 1 ? minutes[minutes.length - 2] : {throttled: 0};
+  const dead = {};
+  minutes.forEach(m => Object.entries(m.dead || {}).forEach(([r, n]) => { dead[r] = (dead[r] || 0) + n; }));
+  const reasons = Object.keys(dead).sort().map(r => `<span data-reason="${esc(r)}">${esc(r)} ${dead[r]}</span>`).join(', ');
+  return `<div class="events">429s per minute: <span class="throttled">${prev.throttled}</span> (this minute ${now.throttled})` +
+    ` · dead letters in the last ${minutes.length} min: <span class="dead">${reasons || 'none'}</span></div>`;
 }
 
 function render() {

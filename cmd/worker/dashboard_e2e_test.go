@@ -3,17 +3,20 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/paygate/paygate/dashboard"
 	"github.com/paygate/paygate/internal/report"
+	"github.com/paygate/paygate/providers/sim"
 )
 
 // worker dashboard, through the binary: every configured provider is on the page's data, with the used and
@@ -100,4 +103,121 @@ func chromium(t *testing.T, args ...string) string {
 		t.Fatalf("chromium %v: %v\n%s", args, err, errb.String())
 	}
 	return out.String()
+}
+
+// pageRows reads each provider's policies off the dumped page: provider -> [limit, used] per policy.
+func pageRows(t *testing.T, dom string) map[string][][2]string {
+	t.Helper()
+	out := map[string][][2]string{}
+	for _, card := range regexp.MustCompile(`(?s)<article class="provider" data-provider="([^"]+)">(.*?)</article>`).FindAllStringSubmatch(dom, -1) {
+		for _, row := range regexp.MustCompile(`<tr data-policy="\d+"><td class="limit">([^<]*)</td><td class="used">(\d+)</td>`).FindAllStringSubmatch(card[2], -1) {
+			out[card[1]] = append(out[card[1]], [2]string{row[1], row[2]})
+		}
+	}
+	return out
+}
+
+// statusJSON is worker gate status --json for each provider.
+func statusJSON(t *testing.T, f *fleet, providers ...string) map[string]report.Status {
+	t.Helper()
+	out := map[string]report.Status{}
+	for _, p := range providers {
+		r := worker(t, f.env2, "gate", "status", "--config", f.cfg, "--provider", p, "--json")
+		var st report.Status
+		if err := json.Unmarshal([]byte(r.stdout), &st); r.code != 0 || err != nil {
+			t.Fatalf("gate status %s: %d %v %s", p, r.code, err, r.stderr)
+		}
+		out[p] = st
+	}
+	return out
+}
+
+// worker dashboard beside a running fleet (two worker processes, two providers with a backlog), as headless
+// Chromium renders it: every provider is on the page, each limit as gate status --json prints it, and each
+// used figure within a second of gate status's (the page's figure lies between what gate status said a
+// second before the page was read and what it said after). Once the fleet stops, the page and gate status
+// agree exactly. The jobs waiting in RabbitMQ are on the page too.
+func TestDashboardWithAFleet(t *testing.T) {
+	f := newFleet(t,
+		simProvider{name: "acme", limits: []sim.Window{{Limit: 20, Per: time.Second}, {Limit: 2000, Per: time.Minute}}},
+		simProvider{name: "beta", limits: []sim.Window{{Limit: 5, Per: time.Second}}})
+	f.established()
+	f.enqueue("acme", 400, "a")
+	f.enqueue("beta", 100, "b")
+	f.startWorker()
+	f.startWorker()
+	f.waitAccepted("acme", 40, time.Minute)
+	cmd := exec.Command(binary, "dashboard", "--config", f.cfg, "--listen", "127.0.0.1:0")
+	cmd.Env = f.env()
+	addr := startListening(t, cmd)
+	time.Sleep(1500 * time.Millisecond) // a sample or two
+
+	before := statusJSON(t, f, "acme", "beta")
+	dom := chromium(t, "--dump-dom", "http://"+addr+"/")
+	after := statusJSON(t, f, "acme", "beta")
+	rows := pageRows(t, dom)
+	for _, p := range []string{"acme", "beta"} {
+		if len(rows[p]) != len(before[p].Policies) {
+			t.Fatalf("%s on the page: %v; gate status: %+v\n%s", p, rows[p], before[p], dom)
+		}
+		for i, row := range rows[p] {
+			b, a := before[p].Policies[i], after[p].Policies[i]
+			used, _ := strconv.ParseInt(row[1], 10, 64)
+			perSecond := int64(20) // the fastest either provider's use can move
+			if row[0] != b.Limit || used < b.Used-perSecond || used > a.Used {
+				t.Errorf("%s policy %d on the page: %s of %s; gate status %d before and %d after, of %s (want the page within a second, %d units, of them)",
+					p, i, row[1], row[0], b.Used, a.Used, b.Limit, perSecond)
+			}
+		}
+	}
+	queued := regexp.MustCompile(`data-provider="acme".*?<span class="queued">(\d+)</span>`).FindStringSubmatch(dom)
+	if queued == nil {
+		t.Fatalf("acme's queue depth is not on the page:\n%s", dom)
+	}
+	if n, _ := strconv.Atoi(queued[1]); n > 400 {
+		t.Errorf("acme's queue depth on the page: %d, more than the 400 enqueued", n)
+	}
+	shot := filepath.Join(os.TempDir(), "paygate-dashboard-fleet.png") // kept: docs/img/dashboard.png is one
+	chromium(t, "--window-size=1200,640", "--screenshot="+shot, "http://"+addr+"/")
+	if st, err := os.Stat(shot); err != nil || st.Size() < 1000 {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	t.Logf("screenshot of the page beside the fleet: %s", shot)
+
+	// Stopped, past max_inline_wait (the last reservations' slots) and a 1s window: nothing moves any more.
+	f.stopAll()
+	time.Sleep(3 * time.Second)
+	still := statusJSON(t, f, "acme", "beta")
+	rows = pageRows(t, chromium(t, "--dump-dom", "http://"+addr+"/"))
+	for _, p := range []string{"acme", "beta"} {
+		for i, row := range rows[p] {
+			if w := still[p].Policies[i]; row[0] != w.Limit || row[1] != strconv.FormatInt(w.Used, 10) {
+				t.Errorf("%s policy %d, the fleet stopped: page %s of %s, gate status %d of %s", p, i, row[1], row[0], w.Used, w.Limit)
+			}
+		}
+	}
+}
+
+// Fifty providers on one page: every one of them rendered, with both its limits; the browser's time to
+// render a sample is logged (docs/operations.md quotes it).
+func TestDashboardFiftyProviders(t *testing.T) {
+	var providers strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&providers, "  p%02d:\n    url: http://127.0.0.1:8081/payments\n    timeout: 10s\n    limits: [{requests: 10, per: 1s}, {requests: 500, per: 1h}]\n", i)
+	}
+	cfg := testConfig(t, providers.String())
+	addr := startListening(t, exec.Command(binary, "dashboard", "--config", cfg, "--listen", "127.0.0.1:0"))
+	time.Sleep(1500 * time.Millisecond)
+	dom := chromium(t, "--dump-dom", "http://"+addr+"/")
+	rows := pageRows(t, dom)
+	for i := range 50 {
+		if p := fmt.Sprintf("p%02d", i); len(rows[p]) != 2 || rows[p][0][0] != "10/1s" || rows[p][1][0] != "500/1h" {
+			t.Fatalf("%s on the page: %v", p, rows[p])
+		}
+	}
+	if m := regexp.MustCompile(`data-render-ms="([0-9.]+)"`).FindStringSubmatch(dom); m != nil {
+		t.Logf("a sample of 50 providers rendered in %s ms", m[1])
+	} else {
+		t.Errorf("the page did not record its render time:\n%.2000s", dom)
+	}
 }

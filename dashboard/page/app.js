@@ -78,9 +78,11 @@ function events(minutes) {
 function render() {
   const last = samples[samples.length - 1];
   if (!last) return;
+  const t0 = performance.now();
   state.textContent = 'at ' + last.at;
   state.dataset.at = last.at;
   root.innerHTML = (last.providers || []).map(card).join('');
+  state.dataset.renderMs = (performance.now() - t0).toFixed(1); // what a sample costs the browser
 }
 
 async function start() {

@@ -1,6 +1,9 @@
 package gate
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ScriptOf exposes a provider's script source, keys and own arguments (ARGV[7..]) to the black-box tests,
 // which run altered copies of the script (TestFailedDecisionWritesNothing).
@@ -19,3 +22,21 @@ func UsesFunctions(l *Limiter) bool {
 
 // ForceEval makes l run the family with EVALSHA, as on a server without functions.
 func ForceEval(l *Limiter) { l.evalUntil.Store(time.Now().Add(time.Hour).UnixNano()) }
+
+// DecideBatch decides the jobs (ids and costs, one max wait) in one call, as a batcher sends them.
+func DecideBatch(ctx context.Context, l *Limiter, providerName string, ids []string, costs []int64, maxWait time.Duration) ([]Verdict, []error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		panic(err)
+	}
+	jobs := make([]*pending, len(ids))
+	for i := range ids {
+		jobs[i] = &pending{id: ids[i], cost: costs[i], wait: microsFloor(maxWait), m: p.inForce.Load(), done: make(chan struct{})}
+	}
+	l.decideAll(ctx, p, providerName, jobs[0].m, jobs)
+	vs, errs := make([]Verdict, len(jobs)), make([]error, len(jobs))
+	for i, j := range jobs {
+		vs[i], errs[i] = j.v, j.err
+	}
+	return vs, errs
+}

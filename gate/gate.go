@@ -176,9 +176,17 @@ type Options struct {
 	MinReplicasAcked int
 	// AckTimeout bounds the wait for MinReplicasAcked: 1ms..MaxAckTimeout.
 	AckTimeout time.Duration
+	// Batch is the most reserves of one provider decided in one call: the ones asked while a call for the
+	// provider is on its way go together as the next (each with the verdict its own call would have had,
+	// in the order asked). 0 or 1: each alone. Reserves for a merchant with limits of its own, and all
+	// reserves under MinReplicasAcked, go alone.
+	Batch int
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its budget.
 	Providers map[string]Provider
 }
+
+// MaxBatch is the largest Options.Batch (family.lua takes up to 1000 jobs a call).
+const MaxBatch = 1000
 
 // MaxAckTimeout is the longest Options.AckTimeout: a wait well within go-redis's read timeout (3s).
 const MaxAckTimeout = time.Second
@@ -249,9 +257,11 @@ type provider struct {
 	// maxFlight is Provider.MaxInFlight (0: no cap); lease its Lease in µs
 	maxFlight, lease int64
 	warmup           int64 // µs; 0: off
-	minLimit         int64
-	dedup            int64 // µs: an admitted id is remembered, and the log kept, this long after its slot
-	buckets          int
+	// batch gathers the reserves asked while one is on its way (Options.Batch; nil: each alone)
+	batch    *batcher
+	minLimit int64
+	dedup    int64 // µs: an admitted id is remembered, and the log kept, this long after its slot
+	buckets  int
 	// burst is Provider.Burst (0: not paced); paced is the policy the pace follows
 	burst int64
 	paced Policy
@@ -389,6 +399,9 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.MarginMax < 0 || opts.MarginMax > MaxWindow {
 		return nil, fmt.Errorf("gate: margin ceiling must be 0..%s, got %s", MaxWindow, opts.MarginMax)
 	}
+	if opts.Batch < 0 || opts.Batch > MaxBatch {
+		return nil, fmt.Errorf("gate: batch must be 0..%d, got %d", MaxBatch, opts.Batch)
+	}
 	if opts.MinReplicasAcked < 0 {
 		return nil, fmt.Errorf("gate: min replicas acked must be >= 0, got %d", opts.MinReplicasAcked)
 	}
@@ -501,6 +514,9 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 		p.dedup = micros(longest) + p.ceiling
 	}
 	p.inForce = &atomic.Int64{}
+	if opts.Batch > 1 {
+		p.batch = &batcher{max: opts.Batch}
+	}
 	p.settings = &atomic.Pointer[settingsAt]{}
 	p.inForce.Store(p.floor)
 	tag := opts.Prefix + ":{" + name + "}:"
@@ -832,6 +848,10 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 		forced = 1
 	}
 	m := p.inForce.Load()
+	if mc == nil && l.acks == 0 && p.batch != nil {
+		// Decided with the provider's other waiting reserves in one call, where there are any (batcher).
+		return l.batched(ctx, p, providerName, &pending{id: jobID, cost: cost, wait: wait, forced: forced, m: m})
+	}
 	var conn *redis.Conn // the admission's connection, where WAIT counts its replicas (Options.MinReplicasAcked)
 	if l.acks > 0 {
 		var err error
@@ -844,6 +864,18 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 	if err != nil {
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
+	v, err := verdictOf(p, mc, providerName, jobID, m, reply)
+	if err != nil || !v.Allowed || conn == nil {
+		return v, err
+	}
+	if err := l.acknowledged(ctx, conn, p, mc, providerName, jobID, cost, v); err != nil {
+		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
+	}
+	return v, nil
+}
+
+// verdictOf reads family.lua's reserve reply for jobID, decided under margin m (µs).
+func verdictOf(p provider, mc *merchantCall, providerName, jobID string, m int64, reply []int64) (Verdict, error) {
 	policies := p.policies
 	if mc != nil {
 		policies = append(policies[:len(policies):len(policies)], mc.limits.policies...)
@@ -882,12 +914,6 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 		}
 		if reply[replyInFlight] == 1 {
 			v.InFlight, v.RetryAfter = true, min(v.RetryAfter, FlightPoll)
-		}
-		return v, nil
-	}
-	if conn != nil {
-		if err := l.acknowledged(ctx, conn, p, mc, providerName, jobID, cost, v); err != nil {
-			return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 		}
 	}
 	return v, nil

@@ -32,7 +32,7 @@
 --                                                expires. Its name also gives the warm-up's announcement
 --                                                channel, <prefix>:pauses, and the provider's name
 --
--- ARGV[1] -> op: 'reserve', 'release', 'status' or 'merchants' (the last two change nothing)
+-- ARGV[1] -> op: 'reserve', 'release', 'status' or 'merchants' (the last two change nothing), or 'batch' (below)
 -- ARGV[2] -> job id: 1..600 bytes, no NUL ('' for status)
 -- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve; release and status ignore it)
 -- ARGV[4] -> reserve: max wait µs (the latest acceptable slot is now + max wait); release: the slot (µs) the
@@ -72,6 +72,13 @@
 --          admitted only at a slot where the provider's policies and the merchant's all have room. The
 --          merchant's are counted over its own state (keys above), with the same margin
 -- S[11], S[12] -> limit, window µs of policy 0; S[13], S[14] -> policy 1; and so on
+--
+-- ARGV[1] 'batch' -> several reserves in one call: ARGV[2] = n (1..1000), then for each job 5 arguments
+--            (its ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7] above: id, cost, max wait, force, merchant),
+--            then stale (ARGV[5]) and the settings (ARGV[8]), shared. The KEYS are the provider's, with no
+--            merchant's own (S[10] = 0). Each job is decided as its own reserve would be, one after
+--            another in the order given, each seeing what the ones before it wrote; the reply is the n
+--            replies in that order (a job's bad argument is its own error reply, the others go on)
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -713,13 +720,35 @@ local function run()
   return r
 end
 
--- paygate is the entry point: one call's keys and arguments in, its reply out. gate.go appends the line
--- that runs it: `return paygate(eval_args())` under EVALSHA, or registers it as the library's function.
-local function paygate(keys, argv)
+-- decide is one call: its keys and arguments in, its reply out.
+local function decide(keys, argv)
   local err = begin(keys, argv)
   if err then return err end
   algo.init()
   return run()
+end
+
+-- batch decides several reserves of one provider in one call (see the header, op 'batch'): each as its own
+-- call would, one after another, each seeing what the ones before it wrote.
+local function batch(keys, argv)
+  local n = tonumber(argv[2])
+  if not whole(n) or n < 1 or n > 1000 or #argv ~= 4 + 5 * n then
+    return bad('batch: want 1..1000 jobs of 5 arguments between the count and stale, settings; count', argv[2])
+  end
+  local one, out = {'reserve', '', '', '', argv[#argv - 1], '', '', argv[#argv]}, {}
+  for i = 1, n do
+    local b = 2 + (i - 1) * 5
+    one[2], one[3], one[4], one[6], one[7] = argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]
+    out[i] = decide(keys, one)
+  end
+  return out
+end
+
+-- paygate is the entry point. gate.go appends the line that runs it: `return paygate(eval_args())` under
+-- EVALSHA, or registers it as the library's function.
+local function paygate(keys, argv)
+  if argv[1] == 'batch' then return batch(keys, argv) end
+  return decide(keys, argv)
 end
 
 -- serving returns an entry point for the ops named only: the library registers one function per set of

@@ -1,0 +1,138 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// batcher gathers one provider's reserves (under one set of limits) while a call for that provider is on
+// its way, and sends them together as the next call (family.lua's op 'batch'): under load a call decides
+// many jobs, and a job that finds nothing on its way goes at once, alone, as it always did. Each job gets
+// the verdict its own call would have had, in the order the jobs arrived.
+type batcher struct {
+	max     int
+	mu      sync.Mutex
+	running bool // a call is on its way, or about to be: later jobs queue for the next one
+	queue   []*pending
+}
+
+// pending is one job waiting in a batcher.
+type pending struct {
+	id         string
+	cost, wait int64
+	forced     int
+	m          int64 // the margin in force it was asked under (µs): a call's jobs share one
+	v          Verdict
+	err        error
+	done       chan struct{}
+}
+
+// batched decides pd with the provider's other reserves waiting meanwhile.
+func (l *Limiter) batched(ctx context.Context, p provider, providerName string, pd *pending) (Verdict, error) {
+	pd.done = make(chan struct{})
+	b := p.batch
+	b.mu.Lock()
+	b.queue = append(b.queue, pd)
+	lead := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if lead {
+		// This caller sends the next call (its own job in it) and hands what queues meanwhile on; the call
+		// is not cut short by this caller's context, since it decides the others' jobs too.
+		l.drain(context.WithoutCancel(ctx), p, providerName)
+	}
+	select {
+	case <-pd.done:
+		return pd.v, pd.err
+	case <-ctx.Done():
+		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, pd.id, ctx.Err())
+	}
+}
+
+// drain sends the queue's first jobs (up to max, those asked under the first one's margin) as one call;
+// then, while more are queued, another goroutine sends the next.
+func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
+	b := p.batch
+	b.mu.Lock()
+	m := b.queue[0].m
+	var take, rest []*pending
+	for _, pd := range b.queue {
+		if len(take) < b.max && pd.m == m {
+			take = append(take, pd)
+		} else {
+			rest = append(rest, pd)
+		}
+	}
+	b.queue = rest
+	b.mu.Unlock()
+
+	l.decideAll(ctx, p, providerName, m, take)
+
+	b.mu.Lock()
+	more := len(b.queue) > 0
+	b.running = more
+	b.mu.Unlock()
+	if more {
+		go l.drain(ctx, p, providerName)
+	}
+}
+
+// decideAll decides jobs in one call: a single reserve for one job, the batch op for several.
+func (l *Limiter) decideAll(ctx context.Context, p provider, providerName string, m int64, jobs []*pending) {
+	defer func() {
+		for _, j := range jobs {
+			close(j.done)
+		}
+	}()
+	verdict := func(j *pending, reply []int64, err error) {
+		if err != nil {
+			j.err = fmt.Errorf("gate: reserve %s/%s: %w", providerName, j.id, err)
+			return
+		}
+		j.v, j.err = verdictOf(p, nil, providerName, j.id, m, reply)
+	}
+	if len(jobs) == 1 {
+		j := jobs[0]
+		reply, err := l.runAt(ctx, p, m, nil, "reserve", j.id, j.cost, j.wait, l.stale, j.forced).Int64Slice()
+		verdict(j, reply, err)
+		return
+	}
+	args := make([]any, 0, 4+5*len(jobs))
+	args = append(args, "batch", len(jobs))
+	for _, j := range jobs {
+		args = append(args, j.id, j.cost, j.wait, j.forced, "")
+	}
+	args = append(args, l.stale, p.settingsAt(m, nil))
+	replies, err := l.runFamily(ctx, p.script, p.keysFor(nil), args).Slice()
+	if err == nil && len(replies) != len(jobs) {
+		err = fmt.Errorf("batch of %d: %d replies", len(jobs), len(replies))
+	}
+	for i, j := range jobs {
+		if err != nil {
+			verdict(j, nil, err)
+			continue
+		}
+		reply, err := int64s(replies[i])
+		verdict(j, reply, err)
+	}
+}
+
+// int64s reads one job's reply out of a batch's: its integers, or its error reply.
+func int64s(v any) ([]int64, error) {
+	switch r := v.(type) {
+	case error:
+		return nil, r
+	case []any:
+		out := make([]int64, len(r))
+		for i, x := range r {
+			n, ok := x.(int64)
+			if !ok {
+				return nil, fmt.Errorf("malformed reply %v", r)
+			}
+			out[i] = n
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("malformed reply %v", v)
+}

@@ -1,0 +1,142 @@
+package gate_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// A batch of reserves (family.lua's op 'batch') answers each job as its own reserve would have, in order:
+// the same sequence (new jobs, a duplicate within the batch, costs above 1, denials, a bad cost) decided in
+// one call on one gate and one call per job on another, side by side, under every algorithm, on the single
+// node and the cluster.
+func TestBatchAnswersAsAlone(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		for _, algo := range gate.Algorithms {
+			t.Run(string(algo), func(t *testing.T) {
+				ctx := context.Background()
+				mk := func() *gate.Limiter {
+					// Windows so long that the milliseconds between the two gates' decisions move nothing (a
+					// token refills every 4h), and waits far from every slot: the two must agree exactly.
+					return newAlgoOpts(t, rdb, gate.Options{},
+						gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(6, 24*time.Hour), pol(20, 7*24*time.Hour)}})
+				}
+				batched, alone := mk(), mk()
+				ahead := 0 // reservations compared (admitted with a slot ahead)
+				ids := []string{"a", "b", "c", "b", "d", "e", "f", "g", "h", "i", "j"}
+				costs := []int64{1, 2, 1, 1, 3, 1, 1, 1, 1, 1, 1}
+				for _, wait := range []time.Duration{0, 10 * time.Hour} {
+					tag := fmt.Sprintf("wait %v: ", wait)
+					vs, errs := gate.DecideBatch(ctx, batched, prov, prefixed(tag, ids), costs, wait)
+					for i := range ids {
+						want, werr := alone.Reserve(ctx, prov, tag+ids[i], costs[i], wait)
+						got, gerr := vs[i], errs[i]
+						if (werr != nil) != (gerr != nil) {
+							t.Fatalf("%sjob %d (%s): batch error %v, alone %v", tag, i, ids[i], gerr, werr)
+						}
+						if got.Allowed != want.Allowed || got.Duplicate != want.Duplicate || got.Policy != want.Policy ||
+							got.Remaining != want.Remaining || got.Paused != want.Paused || got.Moved != want.Moved ||
+							(got.Delay-want.Delay).Abs() > 50*time.Millisecond {
+							t.Fatalf("%sjob %d (%s, cost %d): batch %+v\nalone %+v", tag, i, ids[i], costs[i], got, want)
+						}
+						if got.Allowed && got.Delay > 0 {
+							ahead++
+						}
+					}
+				}
+				if refills := algo == gate.TokenBucket || algo == gate.GCRA || algo == gate.LeakyBucket; refills && ahead == 0 {
+					t.Errorf("no reservation ahead compared (a token every 4h, waits up to 10h)")
+				}
+				// A job the script refuses (cost above a limit) is its own error; the others go on.
+				vs, errs := gate.DecideBatch(ctx, batched, prov, []string{"x1", "x2", "x3"}, []int64{1, 7, 1}, 0)
+				if errs[1] == nil || errs[0] != nil || errs[2] != nil || vs[0].Now.IsZero() || vs[2].Now.IsZero() {
+					t.Fatalf("a bad cost in a batch: %v %+v", errs, vs)
+				}
+			})
+		}
+	})
+}
+
+func prefixed(tag string, ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = tag + id
+	}
+	return out
+}
+
+// With Options.Batch, reserves asked while one is on its way go together: 64 callers at once on one
+// provider take far fewer calls than jobs, and the log shows the limit kept in every window.
+func TestConcurrentReservesBatched(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		counted := countCalls(t, rdb, &calls)
+		l := newAlgoOpts(t, counted, gate.Options{Margin: 5 * time.Millisecond, Batch: 32},
+			gate.Provider{Policies: []gate.Policy{pol(50, time.Second)}})
+		mustReserve(t, l, "warm", 1, 0) // functions loaded
+		calls.Store(0)
+		var wg sync.WaitGroup
+		var admitted atomic.Int64
+		for i := range 64 {
+			wg.Go(func() {
+				for k := range 4 {
+					v, err := l.Reserve(ctx, prov, fmt.Sprintf("w%d-%d", i, k), 1, 3*time.Second)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if v.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		n := calls.Load()
+		t.Logf("%d reserves, %d admitted, in %d calls", 256, admitted.Load(), n)
+		if n >= 256/2 {
+			t.Errorf("%d calls for 256 reserves asked 64 at a time: not batched", n)
+		}
+		if got := maxInWindow(readLog(t, rdb, l), time.Second); got > 50 {
+			t.Errorf("%d units in one window of 1s, limit 50", got)
+		}
+	})
+}
+
+// countCalls returns a client over rdb's servers that counts the scripts it sends.
+func countCalls(t *testing.T, rdb redis.UniversalClient, n *atomic.Int64) redis.UniversalClient {
+	t.Helper()
+	var c redis.UniversalClient
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Options().Addrs})
+	case *redis.Client:
+		c = redis.NewClient(&redis.Options{Addr: r.Options().Addr})
+	}
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(scriptCounter{n})
+	return c
+}
+
+type scriptCounter struct{ n *atomic.Int64 }
+
+func (s scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "fcall" || name == "evalsha" || name == "eval" {
+			s.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (s scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}

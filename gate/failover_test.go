@@ -457,3 +457,74 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// What an unacknowledged admission gives back (a server without replicas acknowledges nothing): a
+// duplicate let go gives back its own lease but not the units, which stand for the first delivery; a
+// moved job keeps its units too (its entry stands for a request that may have been sent); a denial waits
+// for nothing and is no error.
+func TestUnacknowledgedGivesBack(t *testing.T) {
+	ctx := context.Background()
+	rdb := backends(t)[0].rdb
+	prefix := uniquePrefix(t)
+	mk := func(acks int) *gate.Limiter {
+		l, err := gate.New(rdb, gate.Options{Prefix: prefix, StaleAfter: 50 * time.Millisecond, MinReplicasAcked: acks, AckTimeout: 5 * time.Millisecond,
+			Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(2, time.Hour)}, MaxInFlight: 5, Lease: time.Hour}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	plain, acked := mk(0), mk(1)
+	status := func() gate.Status {
+		st, err := plain.Status(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if v := mustReserve(t, plain, "j", 1, 0); !v.Allowed {
+		t.Fatalf("j: %+v", v)
+	}
+	if _, err := acked.Reserve(ctx, prov, "j", 1, 0); !errors.Is(err, gate.ErrUnacknowledged) {
+		t.Fatalf("j again (a duplicate): %v, want ErrUnacknowledged", err)
+	}
+	if st := status(); st.Units != 1 || st.InFlight != 1 {
+		t.Fatalf("after the unacknowledged duplicate: %d units, %d leases; want j's 1 and 1 (the duplicate's own lease landed)", st.Units, st.InFlight)
+	}
+	time.Sleep(100 * time.Millisecond) // j is stale: its next delivery is moved
+	if _, err := acked.Reserve(ctx, prov, "j", 1, 0); !errors.Is(err, gate.ErrUnacknowledged) {
+		t.Fatalf("j moved: %v, want ErrUnacknowledged", err)
+	}
+	if st := status(); st.Units != 1 {
+		t.Fatalf("after the unacknowledged move: %d units, want 1 (a moved entry is never given back)", st.Units)
+	}
+	if v := mustReserve(t, plain, "k", 1, 0); !v.Allowed {
+		t.Fatalf("k: %+v", v)
+	}
+	start := time.Now()
+	v, err := acked.Reserve(ctx, prov, "l", 1, 0)
+	if err != nil || v.Allowed {
+		t.Fatalf("l with the limit full: %+v, %v; want a denial, no error", v, err)
+	}
+	t.Logf("a denial under min_replicas_acked took %v (AckTimeout 5ms)", time.Since(start))
+}
+
+// A caller whose ACL refuses INFO sees no history, but does not blind the next caller: the history it
+// could not read is not kept.
+func TestHistoryNotBlindedByACL(t *testing.T) {
+	n := startNode(t)
+	n.do("ACL", "SETUSER", "noinfo", "on", "nopass", "~*", "&*", "+@all", "-info")
+	restricted := redis.NewClient(&redis.Options{Addr: n.addr(), Username: "noinfo", Password: "any"}) // nopass takes any; none sends no AUTH
+	defer restricted.Close()
+	prefix := uniquePrefix(t)
+	l := failoverGate(t, restricted, prefix, 0, pol(5, time.Second))
+	epoch := begun(t, n.rdb, l)
+	n.do("SET", epoch, "1 0123456789abcdef0123456789abcdef01234567") // written under another history
+	if v := mustReserve(t, l, "a", 1, 0); !v.Allowed {
+		t.Fatalf("without INFO: %+v, want admitted (the check is off for this caller)", v)
+	}
+	full := failoverGate(t, n.rdb, prefix, 0, pol(5, time.Second))
+	if v := mustReserve(t, full, "b", 1, 0); v.Allowed || !v.Paused {
+		t.Fatalf("with INFO, right after: %+v, want the warm-up", v)
+	}
+}

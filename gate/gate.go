@@ -862,6 +862,11 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 	}
 	reply, err := l.runAtOn(ctx, conn, p, m, mc, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
 	if err != nil {
+		if cc, ok := l.rdb.(*redis.ClusterClient); ok && conn != nil && movedOn(err) {
+			// The node connection does not follow a slot that moved: the cluster client reads the slots
+			// again, and the job's next decision goes to the node that holds it now.
+			cc.ReloadState(ctx)
+		}
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
 	v, err := verdictOf(p, mc, providerName, jobID, m, reply)
@@ -919,6 +924,12 @@ func verdictOf(p provider, mc *merchantCall, providerName, jobID string, m int64
 	return v, nil
 }
 
+// movedOn tells a Redis Cluster redirection (the slot is elsewhere now, or moving) from other errors.
+func movedOn(err error) bool {
+	s := err.Error()
+	return strings.HasPrefix(s, "MOVED ") || strings.HasPrefix(s, "ASK ") || strings.HasPrefix(s, "TRYAGAIN") || strings.HasPrefix(s, "CLUSTERDOWN")
+}
+
 // connFor is a connection of its own to the primary that holds key, for an admission and its WAIT.
 func (l *Limiter) connFor(ctx context.Context, key string) (*redis.Conn, error) {
 	switch c := l.rdb.(type) {
@@ -935,18 +946,28 @@ func (l *Limiter) connFor(ctx context.Context, key string) (*redis.Conn, error) 
 }
 
 // acknowledged waits until Options.MinReplicasAcked replicas hold what conn wrote (the admission v). When
-// they do not within AckTimeout, it gives the admission back, its lease too (a duplicate let go keeps
-// both: they stand for another delivery's permit), and fails with ErrUnacknowledged.
+// they do not within AckTimeout, it gives back what it can and fails with ErrUnacknowledged: the lease the
+// admission took, and its units, except a duplicate's and a moved job's (their entry stands for a request
+// another delivery may have sent, as the worker never releases them either). Token buckets, GCRA and
+// leaky buckets take units back only from their newest admission (Release): an unacknowledged one with
+// others after it keeps its units spent until they refill.
 func (l *Limiter) acknowledged(ctx context.Context, conn *redis.Conn, p provider, mc *merchantCall, providerName, jobID string, cost int64, v Verdict) error {
 	n, err := conn.Do(ctx, "WAIT", l.acks, l.ackMillis).Int64()
 	if err == nil && n >= l.acks {
 		return nil
 	}
-	if !v.Duplicate {
-		// Best effort: unacknowledged, the admission may be on no replica and soon on no primary either.
-		_ = l.run(ctx, p, mc, "release", jobID, cost, v.Slot().UnixMicro(), 0, 0).Err()
-		_ = l.Land(ctx, providerName, v.Lease)
+	// Best effort (unacknowledged, the admission may be on no replica, and soon on no primary either), and
+	// whatever became of the caller's context meanwhile.
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if !v.Duplicate && !v.Moved {
+		merchant := ""
+		if mc != nil {
+			merchant = mc.name
+		}
+		_, _ = l.ReleaseFor(gctx, providerName, merchant, jobID, cost, v.Slot())
 	}
+	_ = l.Land(gctx, providerName, v.Lease)
 	if err != nil {
 		return fmt.Errorf("%w: WAIT: %w", ErrUnacknowledged, err)
 	}

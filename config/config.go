@@ -73,6 +73,8 @@ type Gate struct {
 	WarmUp bool `mapstructure:"warmup"`
 	// WarmUpMax caps the window part of the warm-up (gate.Options.WarmUpCap).
 	WarmUpMax time.Duration `mapstructure:"warmup_max"`
+	// Batch is the most reserves of one provider a worker decides in one call (gate.Options.Batch).
+	Batch int `mapstructure:"batch"`
 }
 
 // Broker selects and configures the job queue.
@@ -330,6 +332,7 @@ var defaults = map[string]any{
 	"gate.margin_max":                  "100ms",
 	"gate.warmup":                      true,
 	"gate.warmup_max":                  "1m",
+	"gate.batch":                       32,
 	"broker.kind":                      "rabbitmq",
 	"broker.rabbitmq.url_env":          "PAYGATE_AMQP_URL",
 	"broker.rabbitmq.exchange":         "payments",

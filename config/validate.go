@@ -55,6 +55,7 @@ func (c *Config) Validate() error {
 	p.check(c.Gate.MarginMax >= c.Gate.Margin && c.Gate.MarginMax <= time.Second, "gate.margin_max",
 		"must be gate.margin (%s)..1s, got %s", c.Gate.Margin, c.Gate.MarginMax)
 	p.check(c.Gate.WarmUpMax > 0, "gate.warmup_max", "must be > 0, got %s", c.Gate.WarmUpMax)
+	p.check(c.Gate.Batch >= 1 && c.Gate.Batch <= gate.MaxBatch, "gate.batch", "must be 1..%d, got %d", gate.MaxBatch, c.Gate.Batch)
 
 	switch c.Broker.Kind {
 	case "rabbitmq":

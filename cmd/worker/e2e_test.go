@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -691,7 +692,8 @@ func TestFleetExampleSettings(t *testing.T) {
 	keys := f.gateKeys("acme")
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
-	began, err := rdb.Get(context.Background(), keys[len(keys)-1]).Int64() // the epoch: the first decision
+	epoch := strings.Fields(rdb.Get(context.Background(), keys[len(keys)-1]).Val()) // "<began µs> <history>": the first decision
+	began, err := strconv.ParseInt(epoch[0], 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,9 +28,10 @@ import (
 type e2eResult struct {
 	broker  string
 	workers int
-	gate    bool
+	batch   int // the gate's gate.batch; 0: no gate
 	jobs    int
 	perSec  float64
+	calls   int64 // the gate's script calls (FCALL, EVALSHA)
 }
 
 // openGate is no gate at all: every job goes at once (the "gate off" side of the ratio).
@@ -61,13 +63,13 @@ func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int) ([]e2eResu
 			if workers > 1 && kind != "rabbitmq" {
 				continue // see the report: kfake's rebalancing, not the worker, sets the pace
 			}
-			for _, gated := range []bool{false, true} {
+			for _, batch := range []int{0, 1, config.Default().Gate.Batch} {
 				// The median of three runs: one run of a few seconds on a shared two-core machine is noise.
 				var runs []e2eResult
 				for range 3 {
-					r, err := e2eOne(ctx, kind, redisAddr, amqpURL, workers, gated, jobs)
+					r, err := e2eOne(ctx, kind, redisAddr, amqpURL, workers, batch, jobs)
 					if err != nil {
-						return nil, fmt.Errorf("%s, %d workers, gate %v: %w", kind, workers, gated, err)
+						return nil, fmt.Errorf("%s, %d workers, batch %d: %w", kind, workers, batch, err)
 					}
 					runs = append(runs, r)
 				}
@@ -97,8 +99,8 @@ func e2eConfig(kind, name, redisAddr, url string, brokers []string) *config.Conf
 	return c
 }
 
-func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, gated bool, jobs int) (e2eResult, error) {
-	res := e2eResult{broker: kind, workers: workers, gate: gated, jobs: jobs}
+func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, batch int, jobs int) (e2eResult, error) {
+	res := e2eResult{broker: kind, workers: workers, batch: batch, jobs: jobs}
 	name := fmt.Sprintf("bench-e2e-%d", time.Now().UnixNano())
 	ref, err := sim.Start("127.0.0.1:0", sim.Options{Limits: []sim.Window{{Limit: 1 << 30, Per: time.Second}}})
 	if err != nil {
@@ -115,6 +117,8 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 		brokers = c.ListenAddrs()
 	}
 	cfg := e2eConfig(kind, name, redisAddr, ref.URL()+"/pay", brokers)
+	cfg.Gate.Batch = max(batch, 1)
+	var calls atomic.Int64
 	o := wire.Options{Secret: func(string) string { return amqpURL }}
 	if kind == "rabbitmq" {
 		defer func() { _ = wire.DeleteBroker(context.WithoutCancel(ctx), cfg, o) }()
@@ -163,8 +167,9 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 		closers = append(closers, parts.Close)
 		readies = append(readies, parts.Broker.Ready)
 		var g consumers.Gate = openGate{}
-		if gated {
+		if batch > 0 {
 			g = parts.Gate
+			parts.Redis.AddHook(scriptCalls{&calls})
 		}
 		w, err := parts.Worker(g, nil, nil)
 		if err != nil {
@@ -192,7 +197,25 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, g
 	st := ref.Stats()
 	// From the first acceptance to the last: joining a consumer group is not throughput.
 	res.perSec = float64(st.Accepted-1) / st.LastAccepted.Sub(*st.FirstAccepted).Seconds() // publishing overlaps
+	res.calls = calls.Load()
 	return res, nil
+}
+
+// scriptCalls counts the gate's script calls (FCALL, EVALSHA, EVAL) on a worker's Redis client.
+type scriptCalls struct{ n *atomic.Int64 }
+
+func (s scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "fcall", "evalsha", "eval":
+			s.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (s scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // footprint runs a real worker process at a provider's full budget (100/1s and 3000/1m, RabbitMQ) and

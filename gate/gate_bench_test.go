@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -286,4 +287,58 @@ func BenchmarkReserveAcked(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkReserveBatch decides 16 new jobs per call (family.lua's op 'batch', as a worker's batcher sends
+// them under load), beside 16 calls of one job, and reports the Redis-side time per job from INFO
+// commandstats (redis_us/job) besides the round trip.
+func BenchmarkReserveBatch(b *testing.B) {
+	rdb := benchClient(b)
+	ctx := context.Background()
+	for _, size := range []int{1, 16} {
+		b.Run(fmt.Sprintf("jobs=%d", size), func(b *testing.B) {
+			l := newLimiter(b, rdb, 10*time.Millisecond, roomy...)
+			var n atomic.Int64
+			ids := make([]string, size)
+			costs := make([]int64, size)
+			next := func() {
+				for i := range ids {
+					ids[i], costs[i] = strconv.FormatInt(n.Add(1), 10), 1
+				}
+			}
+			next()
+			gate.DecideBatch(ctx, l, prov, ids, costs, time.Second) // loaded
+			before := scriptMicros(b, rdb)
+			for b.Loop() {
+				next()
+				_, errs := gate.DecideBatch(ctx, l, prov, ids, costs, time.Second)
+				if errs[0] != nil {
+					b.Fatal(errs[0])
+				}
+			}
+			b.ReportMetric(float64(scriptMicros(b, rdb)-before)/float64(b.N*size), "redis_us/job")
+			reportLogSize(b, rdb, l)
+		})
+	}
+}
+
+// scriptMicros is the time Redis has spent in FCALL and EVALSHA, from INFO commandstats.
+func scriptMicros(b *testing.B, rdb redis.UniversalClient) int64 {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for line := range strings.SplitSeq(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_fcall:") && !strings.HasPrefix(line, "cmdstat_evalsha:") {
+			continue
+		}
+		for f := range strings.SplitSeq(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
 }

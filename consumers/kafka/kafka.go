@@ -295,8 +295,12 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 		b.o.Log.Warn("kafka set offset", zap.String("topic", topic), zap.Int("partition", pa.ID), zap.Error(err))
 		return
 	}
-	t := &tracker{b: b, gen: gen, gctx: gctx, topic: topic, partition: pa.ID, idle: make(chan struct{}, 1)}
-	defer t.loseUncommitted() // after the drain: nothing more will be committed
+	t := &tracker{b: b, gen: gen, gctx: gctx, topic: topic, partition: pa.ID, idle: make(chan struct{}, 1),
+		commitTo: -1, kick: make(chan struct{}, 1)}
+	stopCommits, committed := make(chan struct{}), make(chan struct{})
+	go func() { defer close(committed); t.commits(stopCommits) }()
+	defer t.loseUncommitted()                          // after the last commit: nothing more will be
+	defer func() { close(stopCommits); <-committed }() // the last commit, of what the drain settled
 	defer t.drain(gctx, b.abandon)
 	for {
 		m, err := r.FetchMessage(both)
@@ -372,12 +376,17 @@ type tracker struct {
 	partition int
 
 	mu      sync.Mutex
-	pending []int64          // offsets read, in order, not yet committed
-	settled map[int64]bool   // among pending
-	lost    map[int64]func() // among settled: what to call if the ack is lost (consumers.Unconfirmed)
-	gaveUp  bool             // loseUncommitted has run: a late ack that cannot commit is lost at once
-	out     int              // records handed to the core, not yet settled or requeued
-	idle    chan struct{}    // signalled when out drops to 0
+	pending []int64        // offsets read, in order, not yet committed
+	settled map[int64]bool // among pending
+	// commitTo is the next offset to commit (the end of the settled prefix), -1 when nothing is new;
+	// unconfirmed the lost-ack functions of the offsets before it, which commits sends (kick wakes it)
+	commitTo    int64
+	unconfirmed []func()
+	kick        chan struct{}
+	lost        map[int64]func() // among settled: what to call if the ack is lost (consumers.Unconfirmed)
+	gaveUp      bool             // loseUncommitted has run: a late ack that cannot commit is lost at once
+	out         int              // records handed to the core, not yet settled or requeued
+	idle        chan struct{}    // signalled when out drops to 0
 }
 
 func (t *tracker) handOut(n int) {
@@ -419,10 +428,13 @@ func (t *tracker) drain(gctx context.Context, abandon <-chan struct{}) {
 // that was never committed (an earlier record was still unsettled): those will be read again.
 func (t *tracker) loseUncommitted() {
 	t.mu.Lock()
-	lost := t.lost
-	t.lost, t.gaveUp = nil, true
+	lost, unconfirmed := t.lost, t.unconfirmed // settled, but after a gap; or contiguous after the last commit
+	t.lost, t.unconfirmed, t.commitTo, t.gaveUp = nil, nil, -1, true
 	t.mu.Unlock()
 	for _, fn := range lost {
+		fn()
+	}
+	for _, fn := range unconfirmed {
 		fn()
 	}
 }
@@ -433,8 +445,48 @@ func (t *tracker) add(offset int64) {
 	t.mu.Unlock()
 }
 
-// done marks an offset settled and commits what is now contiguous. It fails when the generation has
-// ended: the record will be read again by whoever holds the partition now.
+// commitEvery is how long a partition's commits gather: a busy partition commits about this often, the
+// latest offset whose records are all settled, rather than once per record. A member that dies loses at
+// most this much of its commits: those records are read again, and the gate admits them as duplicates.
+const commitEvery = 100 * time.Millisecond
+
+// commits sends the partition's commits off the records' path, one at a time and in order: each the
+// latest contiguous settled offset, gathered for commitEvery after a record settles, until stop (when it
+// sends the last). A commit that fails runs the lost-ack functions of the records it covered.
+func (t *tracker) commits(stop <-chan struct{}) {
+	for {
+		select {
+		case <-t.kick:
+		case <-stop:
+			t.commitNow()
+			return
+		}
+		select {
+		case <-time.After(commitEvery):
+		case <-stop:
+		}
+		t.commitNow()
+	}
+}
+
+func (t *tracker) commitNow() {
+	t.mu.Lock()
+	to, fns := t.commitTo, t.unconfirmed
+	t.commitTo, t.unconfirmed = -1, nil
+	t.mu.Unlock()
+	if to < 0 {
+		return
+	}
+	if err := t.gen.CommitOffsets(map[string]map[int]int64{t.topic: {t.partition: to}}); err != nil {
+		t.b.o.Log.Warn("kafka commit failed; the records will be read again", zap.String("topic", t.topic), zap.Int("partition", t.partition), zap.Error(err))
+		for _, fn := range fns { // acked, never committed: they will be read again
+			fn()
+		}
+	}
+}
+
+// done marks an offset settled and hands what is now contiguous to the committer (commits). It fails when
+// the generation has ended: the record will be read again by whoever holds the partition now.
 func (t *tracker) done(offset int64, onLost func()) error {
 	if t.gctx.Err() != nil {
 		return errors.New("kafka: the consumer group generation ended; the record will be read again")
@@ -461,15 +513,20 @@ func (t *tracker) done(offset int64, onLost func()) error {
 		next = t.pending[0] + 1
 		t.pending = t.pending[1:]
 	}
+	if next >= 0 && t.gaveUp {
+		// The partition is given up and its last commit sent: nothing more is committed.
+		t.mu.Unlock()
+		for _, fn := range committing {
+			fn()
+		}
+		return nil
+	}
 	if next >= 0 {
-		// Committed under the lock, so commits of one partition go out in order.
-		err := t.gen.CommitOffsets(map[string]map[int]int64{t.topic: {t.partition: next}})
-		if err != nil {
-			t.mu.Unlock()
-			for _, fn := range committing { // acked, never committed: they will be read again
-				fn()
-			}
-			return fmt.Errorf("kafka: commit %s/%d: %w; the records will be read again", t.topic, t.partition, err)
+		t.commitTo = next
+		t.unconfirmed = append(t.unconfirmed, committing...)
+		select {
+		case t.kick <- struct{}{}:
+		default:
 		}
 	}
 	lost := t.gaveUp && onLost != nil && t.settled[offset] // still uncommitted, and the partition is given up

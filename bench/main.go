@@ -35,7 +35,7 @@ func main() {
 	amqpURL := flag.String("amqp", envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	accuracyFor := flag.Duration("accuracy", 10*time.Second, "length of each contender's accuracy run (6 cases x 6 contenders)")
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
-	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, accuracy, e2e, footprint, scale, memory")
+	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, accuracy, e2e, footprint, scale, cluster, memory")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -204,6 +204,17 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 		}
 		fmt.Fprintf(&b, "\n## 5. Memory per provider, by algorithm\n\nOne provider under each algorithm, its whole budget spent at once by 16 callers with 36-byte job ids (reservations up to two windows ahead, so the leaky bucket queues it), then `MEMORY USAGE` of every key: the algorithm's *state* (the sliding log's log; the others' hashes) and the *id record* the other algorithms keep for duplicates, moves and release, each id until its slot plus `gate.DefaultDedupWindow` (%s, at most the window). Right after a burst of the whole limit the record holds every id of it; at a steady rate of the limit per window it holds those of the last minute (*steady*: bytes per id measured here × limit × min(1 minute, W) / W). Then an admission on the state one short of the limit (released again, 50 times) and a denial on the state at the limit (`Allow`, 200 times), serially.\n\n", gate.DefaultDedupWindow)
 		memoryTable(&b, mem)
+	}
+
+	if want("cluster") {
+		fmt.Fprintln(os.Stderr, "bench: scaling over the cluster")
+		cl, err := runCluster(ctx, strings.Split(envOr("PAYGATE_TEST_REDIS_CLUSTER", "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"), ","), parallelFor)
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		fmt.Fprintf(&b, "\n## 7. Scaling over a Redis Cluster\n\n12 providers on the 3-node test cluster (3 primaries, no replicas, on this machine's cores too), each provider's keys under one hash tag, the providers' tags chosen to fall on 1, 2 or all 3 primaries; 4 callers per provider deciding new jobs one at a time for %s (one call per job, no batching: the decisions are measured). Aggregate decisions per second, and the ratio to one shard.\n\n", parallelFor)
+		clusterTable(&b, cl)
+		fmt.Fprintln(&b, "\nOn two cores the three primaries, the callers and go-redis share the CPU: past two busy processes, more shards only divide it. On machines of their own, each primary adds its own core.")
 	}
 
 	fmt.Fprintf(&b, "\n---\nThis run took %s.\n", time.Since(began).Round(time.Second))

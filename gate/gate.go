@@ -178,8 +178,8 @@ type Options struct {
 	AckTimeout time.Duration
 	// Batch is the most reserves of one provider decided in one call: the ones asked while a call for the
 	// provider is on its way go together as the next (each with the verdict its own call would have had,
-	// in the order asked). 0 or 1: each alone. Reserves for a merchant with limits of its own, and all
-	// reserves under MinReplicasAcked, go alone.
+	// in the order asked). 0 or 1: each alone. Reserves naming a merchant on a provider that counts or
+	// tracks merchants, and all reserves under MinReplicasAcked, go alone.
 	Batch int
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its budget.
 	Providers map[string]Provider

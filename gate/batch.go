@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -38,43 +39,45 @@ func (l *Limiter) batched(ctx context.Context, p provider, providerName string, 
 	b.running = true
 	b.mu.Unlock()
 	if lead {
-		// This caller sends the next call (its own job in it) and hands what queues meanwhile on; the call
-		// is not cut short by this caller's context, since it decides the others' jobs too.
-		l.drain(context.WithoutCancel(ctx), p, providerName)
+		// The next call (this job in it), and what queues meanwhile after it; not cut short by this
+		// caller's context, since it decides the others' jobs too.
+		go l.drain(context.WithoutCancel(ctx), p, providerName)
 	}
 	select {
 	case <-pd.done:
 		return pd.v, pd.err
 	case <-ctx.Done():
+		// Still queued, it is never sent; already on its way, it is decided like a single call whose
+		// caller gave up (an admission nobody uses, which its window returns).
+		b.mu.Lock()
+		if i := slices.Index(b.queue, pd); i >= 0 {
+			b.queue = slices.Delete(b.queue, i, i+1)
+		}
+		b.mu.Unlock()
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, pd.id, ctx.Err())
 	}
 }
 
-// drain sends the queue's first jobs (up to max, those asked under the first one's margin) as one call;
-// then, while more are queued, another goroutine sends the next.
+// drain sends the calls while jobs are queued: each the queue's first jobs, in order, up to max and up to
+// the first asked under another margin than the head's.
 func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 	b := p.batch
-	b.mu.Lock()
-	m := b.queue[0].m
-	var take, rest []*pending
-	for _, pd := range b.queue {
-		if len(take) < b.max && pd.m == m {
-			take = append(take, pd)
-		} else {
-			rest = append(rest, pd)
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 { // every job queued gave up (batched)
+			b.running = false
+			b.mu.Unlock()
+			return
 		}
-	}
-	b.queue = rest
-	b.mu.Unlock()
+		m, n := b.queue[0].m, 0
+		for n < len(b.queue) && n < b.max && b.queue[n].m == m {
+			n++
+		}
+		take := slices.Clone(b.queue[:n])
+		b.queue = slices.Delete(b.queue, 0, n)
+		b.mu.Unlock()
 
-	l.decideAll(ctx, p, providerName, m, take)
-
-	b.mu.Lock()
-	more := len(b.queue) > 0
-	b.running = more
-	b.mu.Unlock()
-	if more {
-		go l.drain(ctx, p, providerName)
+		l.decideAll(ctx, p, providerName, m, take)
 	}
 }
 

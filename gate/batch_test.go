@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,8 +80,9 @@ func TestConcurrentReservesBatched(t *testing.T) {
 		ctx := context.Background()
 		var calls atomic.Int64
 		counted := countCalls(t, rdb, &calls)
+		// A lease names its job: each admitted caller checks that the verdict it got is its own.
 		l := newAlgoOpts(t, counted, gate.Options{Margin: 5 * time.Millisecond, Batch: 32},
-			gate.Provider{Policies: []gate.Policy{pol(50, time.Second)}})
+			gate.Provider{Policies: []gate.Policy{pol(50, time.Second)}, MaxInFlight: 1000, Lease: time.Minute})
 		mustReserve(t, l, "warm", 1, 0) // functions loaded
 		calls.Store(0)
 		var wg sync.WaitGroup
@@ -88,13 +90,17 @@ func TestConcurrentReservesBatched(t *testing.T) {
 		for i := range 64 {
 			wg.Go(func() {
 				for k := range 4 {
-					v, err := l.Reserve(ctx, prov, fmt.Sprintf("w%d-%d", i, k), 1, 3*time.Second)
+					id := fmt.Sprintf("w%d-%d", i, k)
+					v, err := l.Reserve(ctx, prov, id, 1, 3*time.Second)
 					if err != nil {
 						t.Error(err)
 						return
 					}
 					if v.Allowed {
 						admitted.Add(1)
+						if !strings.HasPrefix(v.Lease, id+"\x00") {
+							t.Errorf("%s got the verdict of another job: lease %q", id, v.Lease)
+						}
 					}
 				}
 			})
@@ -138,5 +144,59 @@ func (s scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (s scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A caller that gives up while its job is still queued behind a call on its way takes nothing: the job
+// is never sent, and asked again later it is a new job, not a duplicate.
+func TestBatchedCallerGivesUp(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: backends(t)[0].rdb.(*redis.Client).Options().Addr})
+	defer c.Close()
+	var slow atomic.Bool
+	c.AddHook(slowScripts{&slow})
+	l := newAlgoOpts(t, c, gate.Options{Batch: 8}, gate.Provider{Policies: []gate.Policy{pol(10, time.Hour)}})
+	mustReserve(t, l, "warm", 1, 0) // loaded
+	slow.Store(true)
+	lead := make(chan error, 1)
+	go func() {
+		_, err := l.Reserve(ctx, prov, "lead", 1, 0) // held on its way for 300ms
+		lead <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	slow.Store(false)
+	quit, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel()
+	if _, err := l.Reserve(quit, prov, "quitter", 1, 0); err == nil {
+		t.Fatal("a reserve queued past its caller's deadline: no error")
+	}
+	if err := <-lead; err != nil {
+		t.Fatal(err)
+	}
+	if v := mustReserve(t, l, "quitter", 1, 0); !v.Allowed || v.Duplicate {
+		t.Fatalf("the job whose caller gave up, asked again: %+v; want a new admission, not a duplicate", v)
+	}
+	st, err := l.Status(ctx, prov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Units != 3 {
+		t.Fatalf("%d units used, want 3 (warm, lead, quitter once)", st.Units)
+	}
+}
+
+// slowScripts holds every script call for 300ms while on is set.
+type slowScripts struct{ on *atomic.Bool }
+
+func (s slowScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if s.on.Load() && (cmd.Name() == "fcall" || cmd.Name() == "evalsha") {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (s slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }

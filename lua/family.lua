@@ -78,7 +78,9 @@
 --            then stale (ARGV[5]) and the settings (ARGV[8]), shared. The KEYS are the provider's, with no
 --            merchant's own (S[10] = 0). Each job is decided as its own reserve would be, one after
 --            another in the order given, each seeing what the ones before it wrote; the reply is the n
---            replies in that order (a job's bad argument is its own error reply, the others go on)
+--            replies in that order (a job's bad argument is its own error reply, the others go on). A
+--            runtime error (none is known) would end the call after the jobs before it were decided: their
+--            callers see the error, and asking again find their jobs as duplicates
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):

@@ -492,11 +492,20 @@ func (t *tracker) done(offset int64, onLost func()) error {
 		return errors.New("kafka: the consumer group generation ended; the record will be read again")
 	}
 	t.mu.Lock()
+	if t.gaveUp {
+		// The partition is given up and its last commit sent: nothing more is committed, this record
+		// will be read again by whoever holds the partition now.
+		t.mu.Unlock()
+		if onLost != nil {
+			onLost()
+		}
+		return nil
+	}
 	if t.settled == nil {
 		t.settled = map[int64]bool{}
 	}
 	t.settled[offset] = true
-	if onLost != nil && !t.gaveUp {
+	if onLost != nil {
 		if t.lost == nil {
 			t.lost = map[int64]func(){}
 		}
@@ -513,14 +522,6 @@ func (t *tracker) done(offset int64, onLost func()) error {
 		next = t.pending[0] + 1
 		t.pending = t.pending[1:]
 	}
-	if next >= 0 && t.gaveUp {
-		// The partition is given up and its last commit sent: nothing more is committed.
-		t.mu.Unlock()
-		for _, fn := range committing {
-			fn()
-		}
-		return nil
-	}
 	if next >= 0 {
 		t.commitTo = next
 		t.unconfirmed = append(t.unconfirmed, committing...)
@@ -529,11 +530,7 @@ func (t *tracker) done(offset int64, onLost func()) error {
 		default:
 		}
 	}
-	lost := t.gaveUp && onLost != nil && t.settled[offset] // still uncommitted, and the partition is given up
 	t.mu.Unlock()
-	if lost {
-		onLost()
-	}
 	return nil
 }
 

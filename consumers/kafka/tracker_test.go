@@ -29,4 +29,10 @@ func TestTrackerLostAcks(t *testing.T) {
 	if len(lost) != 2 || lost[1] != 2 {
 		t.Fatalf("lost %v, want [1 2]: a late ack that cannot commit is lost at once", lost)
 	}
+	if err := tr.done(0, onLost(0)); err != nil { // the oldest, after giving up: no commit will carry it
+		t.Fatal(err)
+	}
+	if len(lost) != 3 || lost[2] != 0 {
+		t.Fatalf("lost %v, want [1 2 0]: the oldest record's late ack is lost too", lost)
+	}
 }

@@ -93,7 +93,7 @@ func measureCost(ctx context.Context, rdb redis.UniversalClient, name string, de
 	if err != nil {
 		return base, r, err
 	}
-	r.redisUsPerDecide, base.redisUsPerDecide = usPerCall(info, "evalsha"), usPerCall(info, "get")
+	r.redisUsPerDecide, base.redisUsPerDecide = usPerCall(info, "evalsha", "fcall"), usPerCall(info, "get")
 
 	r.parallelPerSec = parallel(ctx, decide, parallelFor)
 	return base, r, nil
@@ -119,15 +119,20 @@ func parallel(ctx context.Context, decide func(context.Context, string) (bool, e
 	return float64(n.Load()) / time.Since(start).Seconds()
 }
 
-// usPerCall reads a command's server-side µs per call from INFO commandstats (0 when it was barely
-// called: the local limiter makes no Redis calls).
-func usPerCall(info, cmd string) float64 {
-	m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+),usec=(\d+)`).FindStringSubmatch(info)
-	if m == nil {
-		return 0
+// usPerCall reads the server-side µs per call of commands (together) from INFO commandstats (0 when they
+// were barely called: the local limiter makes no Redis calls). A script runs as EVALSHA or, paygate's on
+// Redis 7, as FCALL.
+func usPerCall(info string, cmds ...string) float64 {
+	var calls, usec float64
+	for _, cmd := range cmds {
+		m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+),usec=(\d+)`).FindStringSubmatch(info)
+		if m == nil {
+			continue
+		}
+		c, _ := strconv.ParseFloat(m[1], 64)
+		u, _ := strconv.ParseFloat(m[2], 64)
+		calls, usec = calls+c, usec+u
 	}
-	calls, _ := strconv.ParseFloat(m[1], 64)
-	usec, _ := strconv.ParseFloat(m[2], 64)
 	if calls < costSerial/2 {
 		return 0
 	}

@@ -147,8 +147,11 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
 	ctx := context.Background()
-	if began, err := rdb.Get(ctx, keys[len(keys)-1]).Int64(); err == nil {
-		c.ColdStart = first.Sub(time.UnixMicro(began))
+	// The epoch, "<began µs> <history>": the first decision, which began the warm-up.
+	if epoch := strings.Fields(rdb.Get(ctx, keys[len(keys)-1]).Val()); len(epoch) > 0 {
+		if began, err := strconv.ParseInt(epoch[0], 10, 64); err == nil {
+			c.ColdStart = first.Sub(time.UnixMicro(began))
+		}
 	}
 	c.Margin = f.margin
 	if m, err := rdb.Get(ctx, f.x+":{acme}:margin").Int64(); err == nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -224,23 +222,5 @@ func id(i int) string { return "job-" + strconv.Itoa(i) }
 // shared one (pausing it, filling its memory, an ACL user), and returns a client of it.
 func privateRedis(t testing.TB, args ...string) *redis.Client {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	srv := exec.Command("redis-server", append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
-	if err := srv.Start(); err != nil {
-		t.Fatalf("redis-server (scripts/services.sh installs it): %v", err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
-	t.Cleanup(func() { rdb.Close() })
-	for deadline := time.Now().Add(10 * time.Second); rdb.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not answer within 10s")
-		}
-	}
-	return rdb
+	return startNode(t, args...).rdb
 }

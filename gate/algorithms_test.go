@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -601,13 +602,25 @@ func TestFamilyOptions(t *testing.T) {
 
 // Each algorithm's guarantee, property-tested: 16 concurrent workers with random costs, random max waits and
 // repeated ids (so duplicates and moves happen), then the id record (kept for the whole run) is read back and
-// the slots checked against what the algorithm promises, and against what the workers were told.
+// the slots checked against what the algorithm promises, and against what the workers were told. Half the
+// workers share a gate that batches their reserves (Options.Batch), so batches and single calls interleave
+// over one state.
 func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
 	eachAlgorithm(t, family, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
 		const margin = time.Millisecond
 		policies := []gate.Policy{pol(6, 100*time.Millisecond), pol(15, 400*time.Millisecond), pol(400, 3*time.Second)}
-		l := newAlgoOpts(t, rdb, gate.Options{Margin: margin, StaleAfter: 30 * time.Millisecond, DedupWindow: time.Minute},
-			gate.Provider{Algorithm: algo, Policies: policies})
+		opts := gate.Options{Margin: margin, StaleAfter: 30 * time.Millisecond, DedupWindow: time.Minute, Prefix: uniquePrefix(t),
+			Providers: map[string]gate.Provider{prov: {Algorithm: algo, Policies: policies}}}
+		l, err := gate.New(rdb, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Batch = 8
+		var calls, batchedReserves atomic.Int64
+		lb, err := gate.New(countCalls(t, rdb, &calls), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var (
 			mu                  sync.Mutex
 			told                = map[string]entry{} // the latest admission each id was told
@@ -632,10 +645,17 @@ func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
 		for w := range 16 {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				l, batched := l, w%2 == 1
+				if batched {
+					l = lb
+				}
 				for now := time.Now(); now.Before(deadline) || (now.Before(last) && weak()); now = time.Now() {
 					jobID := fmt.Sprintf("j%d", rng.IntN(80))
 					cost := []int64{1, 1, 1, 2, 3, 6}[rng.IntN(6)] // 6: more than a bucket holds with the margin (debt)
 					v, err := l.Reserve(ctx, prov, jobID, cost, time.Duration(rng.IntN(300))*time.Millisecond)
+					if batched {
+						batchedReserves.Add(1)
+					}
 					if err != nil {
 						t.Error(err)
 						return
@@ -691,6 +711,11 @@ func TestFamilyGuaranteesUnderConcurrency(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		if r, c := batchedReserves.Load(), calls.Load(); c >= r {
+			t.Errorf("the batching gate's %d reserves took %d calls: none went together", r, c)
+		} else {
+			t.Logf("the batching gate's %d reserves took %d calls", r, c)
+		}
 		log := readLog(t, rdb, l)
 		if len(log) != len(told) {
 			t.Fatalf("id record holds %d jobs, workers were told %d", len(log), len(told))

@@ -169,6 +169,10 @@ local now, writes, nwrites, seen_for
 local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
 local reset_memo -- reset_after's
+-- C: what a reserve call's jobs share beyond the above (start sets it): seen[id] = the slot an admission of
+-- this call gave id, marks[id] = a mark it queued, ttl[key] = the expiry finish keeps key at least (ms),
+-- admitted, last = the latest slot admitted, pause_until, tat = the pace's arrival time, first_lease
+local C
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
 local function whole(v) return v and v >= 0 and v % 1 == 0 end
@@ -198,37 +202,47 @@ local function parse_settings(str)
   return c
 end
 
--- begin sets the call's state from its keys and arguments, checking every one before anything is read or
--- written: a bad call is an error reply (returned) and changes nothing.
-local function begin(keys, argv)
+-- begin sets the call's state from its keys, op, stale (ARGV[5]) and settings (ARGV[8]), checking each;
+-- begin_job sets one job's (ARGV[2], [3], [4], [6], [7]); start then reads what every op needs. Every
+-- check comes before anything is read or written: a bad call is an error reply and changes nothing.
+local function begin(keys, argv, o, stale_arg, settings_arg, nargs_ok)
   KEYS, ARGV = keys, argv
   ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
   merchants, live, flight, pace_key, epoch = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
-  op, id = ARGV[1], ARGV[2]
+  op = o
   if op ~= 'reserve' and op ~= 'release' and op ~= 'status' and op ~= 'merchants' then
     return bad('op must be reserve, release, status or merchants', op)
   end
-  if #ARGV ~= 8 then return bad('want 8 arguments', #ARGV) end
-  if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
-    return bad('job id must be 1..600 bytes without NUL; length', #id)
-  end
-  cost, arg4, stale, forced = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-  local wrong = (not whole(cost) and 3) or (not whole(arg4) and 4) or (not whole(stale) and 5) or (not whole(forced) and 6)
-  if wrong then return bad('ARGV[' .. wrong .. '] must be a whole number >= 0', ARGV[wrong]) end
-  forced = forced == 1
-  merchant = ARGV[7]
-  if #merchant > 600 then return bad('merchant must be at most 600 bytes; length', #merchant) end
-  local c = settings[ARGV[8]]
+  if not nargs_ok then return bad('want 8 arguments', #argv) end
+  stale = tonumber(stale_arg)
+  if not whole(stale) then return bad('ARGV[5] must be a whole number >= 0', stale_arg) end
+  local c = settings[settings_arg]
   if not c then
     local err
-    c, err = parse_settings(ARGV[8])
-    if not c then return bad('ARGV[8]: ' .. err, ARGV[8]) end
+    c, err = parse_settings(settings_arg)
+    if not c then return bad('ARGV[8]: ' .. err, settings_arg) end
     if nsettings >= 64 then settings, nsettings = {}, 0 end
-    settings[ARGV[8]], nsettings = c, nsettings + 1
+    settings[settings_arg], nsettings = c, nsettings + 1
   end
   conf = c
   margin, dedup, buckets, warmup, pace, tolerance = c.margin, c.dedup, c.buckets, c.warmup, c.pace, c.tolerance
   max_flight, lease, M, limits, windows, P = c.max_flight, c.lease, c.M, c.limits, c.windows, c.P
+  PP = P - M -- the provider's policies are 1..PP; the merchant's PP+1..P
+  return nil
+end
+
+local function begin_job(job_id, cost_arg, arg4_arg, force_arg, merchant_arg)
+  id = job_id
+  if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
+    return bad('job id must be 1..600 bytes without NUL; length', #id)
+  end
+  cost, arg4, forced = tonumber(cost_arg), tonumber(arg4_arg), tonumber(force_arg)
+  if not whole(cost) then return bad('ARGV[3] must be a whole number >= 0', cost_arg) end
+  if not whole(arg4) then return bad('ARGV[4] must be a whole number >= 0', arg4_arg) end
+  if not whole(forced) then return bad('ARGV[6] must be a whole number >= 0', force_arg) end
+  forced = forced == 1
+  merchant = merchant_arg
+  if #merchant > 600 then return bad('merchant must be at most 600 bytes; length', #merchant) end
   if op == 'reserve' then
     for i = 1, P do
       if cost < 1 or cost > limits[i] then
@@ -237,11 +251,14 @@ local function begin(keys, argv)
     end
   end
   if M > 0 and merchant == '' then return bad('merchant policies need a merchant', M) end
-  PP = P - M -- the provider's policies are 1..PP; the merchant's PP+1..P
-  upto, merchant_counted = PP, false
+  upto, merchant_counted, reset_memo = PP, false, nil
+  return nil
+end
+
+local function start()
   -- The live limits: decided under limits that are no longer in force, the call is refused (see S[9]).
   local version = redis.call('HGET', live, 'version') or '0'
-  if version ~= c.version then return redis.error_reply('PAYGATE_LIMITS ' .. version) end
+  if version ~= conf.version then return redis.error_reply('PAYGATE_LIMITS ' .. version) end
 
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -249,6 +266,7 @@ local function begin(keys, argv)
   -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
   seen_for = math.max(dedup, 60000000)
   newest_read, newest_value, kept, standing, reset_memo = false, nil, 0, 0, nil
+  C = {seen = {}, marks = {}, ttl = {}, admitted = false, last = 0, pause_until = 0, tat = 0, first_lease = nil}
   return nil
 end
 
@@ -472,7 +490,8 @@ local function units_at(at)
   return out, n
 end
 
--- newest_slot is the newest slot in the record as the script began (read once).
+-- newest_slot is the newest slot in the record: read once, as the call began, then moved by the call's
+-- own admissions (first come, first served: a batch's next job is never before them).
 local function newest_slot()
   if not newest_read then
     newest_value = tonumber(redis.call('ZREVRANGE', ids, 0, 0, 'WITHSCORES')[2] or nil)
@@ -492,18 +511,26 @@ local function members_of(n)
   return members
 end
 
--- record queues the id's members into the record at slot. Every slot in the record is at most reset_after
--- from now (the newest admission is what sets it), so the expiry below never cuts a later entry short.
+-- record queues the id's members into the record at slot; finish sets the record's expiry once, from the
+-- call's latest slot. Every slot in the record is at most reset_after from now (the newest admission is
+-- what sets it), so that expiry never cuts a later entry short.
 local function record(slot, members)
   write_members('ZADD', ids, members, int(slot))
-  expire(ids, (math.max(slot - now, reset_after()) + dedup) / 1000 + 1000)
+  C.seen[id] = slot
+  if slot > C.last then C.last = slot end
+end
+
+-- extend asks finish to keep key at least ttl_ms from now (one PTTL and at most one PEXPIRE per key and
+-- call, whatever the number of jobs that asked).
+local function extend(key, ttl_ms)
+  if ttl_ms > (C.ttl[key] or 0) then C.ttl[key] = ttl_ms end
 end
 
 -- mark queues a mark on the id in the sent hash, kept at least as long as the record keeps the id.
 local function mark(value, ttl_us)
   write('HSET', sent, id, value)
-  local ttl = math.ceil(ttl_us / 1000) + 1000
-  if redis.call('PTTL', sent) < ttl then write('PEXPIRE', sent, int(ttl)) end
+  C.marks[id] = value
+  extend(sent, math.ceil(ttl_us / 1000) + 1000)
 end
 
 -- merchant_marker is the id record's member that marks an admission counted by the merchant's own keys
@@ -531,11 +558,25 @@ end
 -- older than that is taken as gone meanwhile).
 local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', string.format('(%d', now - dedup)) end
 
--- reserve's replies. deny drops the writes queued since `kept` (see reserve) and applies the rest.
+-- lookup finds the id in the record: its slot (nil: not there, or older than dedup) and, when there, its
+-- mark in the sent hash (false: none). What the call's earlier jobs did counts: their writes are queued.
+-- Marks matter only to an id in the record (a mark left from an earlier life of an id that has left the
+-- record since is harmless: it can only refuse a release, which keeps a unit spent, never too few).
+local function lookup()
+  local prev = C.seen[id]
+  if prev == nil then prev = tonumber(redis.call('ZSCORE', ids, id) or nil) end
+  if prev and prev < now - dedup then prev = nil end
+  if not prev then return nil, false end
+  local marked = C.marks[id]
+  if marked == nil then marked = redis.call('HGET', sent, id) end
+  return prev, marked
+end
+
+-- A reserve's replies. deny drops the writes the job queued (since `kept`, set as it begins): the call's
+-- own (the trim, a warm-up, the lapsed leases' removal) and the jobs' before it stay.
 local function deny(r)
   for k = nwrites, kept + 1, -1 do writes[k] = nil end
   nwrites = math.min(nwrites, kept)
-  flush()
   return r
 end
 local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
@@ -547,68 +588,27 @@ local function lease_free() return max_flight == 0 or standing < max_flight end
 local function take_lease(member, slot)
   if max_flight == 0 then return end
   write('ZADD', flight, int(slot + lease), member)
-  local ttl = math.ceil((slot + lease - now) / 1000) + 1000
-  if redis.call('PTTL', flight) < ttl then write('PEXPIRE', flight, int(ttl)) end
+  standing = standing + 1
+  if not C.first_lease or slot + lease < C.first_lease then C.first_lease = slot + lease end
+  extend(flight, math.ceil((slot + lease - now) / 1000) + 1000)
 end
 -- flight_full is the denial of a job the cap holds back: retry when the first lease lapses.
 local function flight_full(dup, admitted)
   local first = redis.call('ZRANGEBYSCORE', flight, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  local retry = math.max(1, (tonumber(first[2] or nil) or (now + 1)) - now)
+  local lapse = tonumber(first[2] or nil) or C.first_lease or (now + 1)
+  if C.first_lease and C.first_lease < lapse then lapse = C.first_lease end
   local room, index = algo.room(now)
-  return deny(reply(0, dup, 0, retry, room, index, 0, admitted, 0, 1, 0))
+  return deny(reply(0, dup, 0, math.max(1, lapse - now), room, index, 0, admitted, 0, 1, 0))
 end
 
-local function run()
-  if M > 0 and not algo.merchants then return bad('merchant limits are not counted by this algorithm; merchant policies', M) end
-  if op == 'merchants' then
-    local since = '(' .. int(now - seen_for)
-    local reply = {now, redis.call('ZCOUNT', merchants, since, '+inf')}
-    if arg4 > 0 then
-      local got = redis.call('ZREVRANGEBYSCORE', merchants, '+inf', since, 'WITHSCORES', 'LIMIT', 0, arg4)
-      for j = 1, #got, 2 do reply[#reply + 1], reply[#reply + 2] = got[j], tonumber(got[j + 1]) end
-    end
-    return reply
-  end
-  if op == 'status' then
-    algo.load(false)
-    local pause_until = tonumber(redis.call('GET', pause) or 0)
-    if pause_until <= now then pause_until = 0 end
-    local reply = {now, pause_until, redis.call('ZCARD', ids), redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')}
-    for _, s in ipairs(algo.status()) do
-      for _, v in ipairs(s) do reply[#reply + 1] = v end
-    end
-    return reply
-  end
-
-  algo.load(true)
-  local prev = redis.call('ZSCORE', ids, id)
-  if prev then prev = tonumber(prev) end
-  if prev and prev < now - dedup then prev = nil end
-  -- Marks matter only to an id in the record (a mark left from an earlier life of an id that has left the
-  -- record since is harmless: it can only refuse a release, which keeps a unit spent, never too few).
-  local marked = prev and redis.call('HGET', sent, id)
-
-  if op == 'release' then
-    if not prev or (arg4 ~= 0 and prev ~= arg4) or marked then return 0 end
-    local gone, n = units_at(prev)
-    trim()
-    write_members('ZREM', ids, gone)
-    merchant_counted = holds_marker(gone)
-    algo.give_back(prev, n)
-    reset_memo = nil
-    algo.save()
-    flush()
-    return n
-  end
-
-  local max_wait = arg4
-  -- The pause, and the pace's arrival time when paced, in one read.
-  local pause_until, tat = 0, 0
+-- prepare reads what a reserve needs beside the algorithm's state, once per call: the pause and the pace,
+-- the epoch (a warm-up begins here), the in-flight leases.
+local function prepare()
   if pace > 0 then
     local got = redis.call('MGET', pause, pace_key)
-    pause_until, tat = tonumber(got[1] or 0), tonumber(got[2] or 0)
+    C.pause_until, C.tat = tonumber(got[1] or 0), tonumber(got[2] or 0)
   else
-    pause_until = tonumber(redis.call('GET', pause) or 0)
+    C.pause_until = tonumber(redis.call('GET', pause) or 0)
   end
   -- Warm-up: no epoch means the state may have lost what the provider still counts; so does an epoch
   -- written under another replication history (see current_history): the state survived a failover or a
@@ -620,12 +620,12 @@ local function run()
   local was, h = began and string.match(began, ' (%w+)$'), warmup > 0 and current_history()
   if warmup > 0 and (not began or (was and h ~= '' and was ~= h)) then
     write('SET', epoch, int(now) .. ' ' .. h)
-    if now + warmup > pause_until then
-      pause_until = now + warmup
-      write('SET', pause, int(pause_until), 'PX', int(math.ceil(warmup / 1000) + 1000))
+    if now + warmup > C.pause_until then
+      C.pause_until = now + warmup
+      write('SET', pause, int(C.pause_until), 'PX', int(math.ceil(warmup / 1000) + 1000))
     end
     local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch:')
-    write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(pause_until) .. ' ' .. int(now))
+    write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(C.pause_until) .. ' ' .. int(now))
   elseif began and h ~= '' and was ~= h then
     write('SET', epoch, (string.match(began, '^%d+') or int(now)) .. ' ' .. h)
   end
@@ -635,11 +635,19 @@ local function run()
     write('ZREMRANGEBYSCORE', flight, '-inf', int(now))
     standing = redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')
   end
-  kept = nwrites -- a denial keeps the trim, the warm-up and the lapsed leases' removal, and drops the rest
+end
+
+-- reserve decides the job begin_job set, after prepare and the jobs of the call before it, and returns its
+-- reply. Its writes are queued; finish applies the call's.
+local function reserve()
+  kept = nwrites
+  local prev, marked = lookup()
+  local max_wait, pause_until, tat = arg4, C.pause_until, C.tat
   local moved, old, token = 0, 0, nil
   if prev and stale > 0 and math.max(now, pause_until) - prev > stale and marked ~= '1' then
     -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back
-    -- where the algorithm can give them back); it is admitted afresh below, or everything stays.
+    -- where the algorithm can give them back); it is admitted afresh below, or everything stays. (A slot
+    -- of this call's is never stale: it is at least now.)
     moved, old = 1, prev
     local gone, n = units_at(prev)
     write_members('ZREM', ids, gone)
@@ -659,9 +667,7 @@ local function run()
     if marked ~= '1' then mark('dup', math.max(at - now, 0) + dedup) end -- 'sent' says more: keep it
     local leased = 0
     if max_flight > 0 then leased = 2 end
-    local r = reply(1, 1, at - now, 0, room, index, paused, prev, 0, 0, leased)
-    flush()
-    return r
+    return reply(1, 1, at - now, 0, room, index, paused, prev, 0, 0, leased)
   end
 
   if not lease_free() then
@@ -700,12 +706,9 @@ local function run()
   end
   if forced then algo.force(slot, cost) else algo.commit(slot, cost) end
   reset_memo = nil
-  trim()
-  algo.save()
-  if pace > 0 then
-    tat = math.max(tat, slot) + cost * pace
-    write('SET', pace_key, int(tat), 'PX', int(math.ceil((tat - now) / 1000) + 1000))
-  end
+  C.admitted = true
+  if pace > 0 then C.tat = math.max(tat, slot) + cost * pace end
+  if newest_read and (not newest_value or slot > newest_value) then newest_value = slot end
   local members = members_of(cost)
   members[#members + 1] = merchant_marker()
   record(slot, members)
@@ -718,32 +721,94 @@ local function run()
   local leased = 0
   if max_flight > 0 then leased = 1 end
   local room, index = algo.room(slot)
-  local r = reply(1, 0, wait, 0, room, blocker or index, paused, old, moved, 0, leased)
-  flush()
+  return reply(1, 0, wait, 0, room, blocker or index, paused, old, moved, 0, leased)
+end
+
+-- finish queues the call's shared writes (the algorithm's state, the pace, the record's trim and expiry,
+-- the expiries extend asked for) and applies the queue. Nothing can fail after it begins.
+local function finish()
+  if C.admitted then
+    trim()
+    algo.save()
+    if pace > 0 then write('SET', pace_key, int(C.tat), 'PX', int(math.ceil((C.tat - now) / 1000) + 1000)) end
+    expire(ids, (math.max(C.last - now, reset_after()) + dedup) / 1000 + 1000)
+  end
+  for key, ttl in pairs(C.ttl) do
+    if redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
+  end
+  return flush()
+end
+
+local function run()
+  if M > 0 and not algo.merchants then return bad('merchant limits are not counted by this algorithm; merchant policies', M) end
+  if op == 'merchants' then
+    local since = '(' .. int(now - seen_for)
+    local reply = {now, redis.call('ZCOUNT', merchants, since, '+inf')}
+    if arg4 > 0 then
+      local got = redis.call('ZREVRANGEBYSCORE', merchants, '+inf', since, 'WITHSCORES', 'LIMIT', 0, arg4)
+      for j = 1, #got, 2 do reply[#reply + 1], reply[#reply + 2] = got[j], tonumber(got[j + 1]) end
+    end
+    return reply
+  end
+  if op == 'status' then
+    algo.load(false)
+    local pause_until = tonumber(redis.call('GET', pause) or 0)
+    if pause_until <= now then pause_until = 0 end
+    local reply = {now, pause_until, redis.call('ZCARD', ids), redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')}
+    for _, s in ipairs(algo.status()) do
+      for _, v in ipairs(s) do reply[#reply + 1] = v end
+    end
+    return reply
+  end
+
+  algo.load(true)
+  if op == 'release' then
+    local prev, marked = lookup()
+    if not prev or (arg4 ~= 0 and prev ~= arg4) or marked then return 0 end
+    local gone, n = units_at(prev)
+    trim()
+    write_members('ZREM', ids, gone)
+    merchant_counted = holds_marker(gone)
+    algo.give_back(prev, n)
+    reset_memo = nil
+    algo.save()
+    flush()
+    return n
+  end
+  prepare()
+  local r = reserve()
+  finish()
   return r
 end
 
 -- decide is one call: its keys and arguments in, its reply out.
 local function decide(keys, argv)
-  local err = begin(keys, argv)
+  local err = begin(keys, argv, argv[1], argv[5], argv[8], #argv == 8) or begin_job(argv[2], argv[3], argv[4], argv[6], argv[7]) or start()
   if err then return err end
   algo.init()
   return run()
 end
 
--- batch decides several reserves of one provider in one call (see the header, op 'batch'): each as its own
--- call would, one after another, each seeing what the ones before it wrote.
+-- batch decides several reserves of one provider in one call (see the header, op 'batch'): the state is
+-- read once, then each job is decided as its own call would be, one after another, each seeing what the
+-- ones before it did; the writes of all are applied together at the end.
 local function batch(keys, argv)
   local n = tonumber(argv[2])
   if not whole(n) or n < 1 or n > 1000 or #argv ~= 4 + 5 * n then
     return bad('batch: want 1..1000 jobs of 5 arguments between the count and stale, settings; count', argv[2])
   end
-  local one, out = {'reserve', '', '', '', argv[#argv - 1], '', '', argv[#argv]}, {}
+  local err = begin(keys, argv, 'reserve', argv[#argv - 1], argv[#argv], true) or start()
+  if err then return err end
+  if M > 0 then return bad('batch: merchant policies go alone; merchant policies', M) end
+  algo.init()
+  algo.load(true)
+  prepare()
+  local out = {}
   for i = 1, n do
     local b = 2 + (i - 1) * 5
-    one[2], one[3], one[4], one[6], one[7] = argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]
-    out[i] = decide(keys, one)
+    out[i] = begin_job(argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]) or reserve()
   end
+  finish()
   return out
 end
 

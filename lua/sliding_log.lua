@@ -17,22 +17,25 @@
 -- Work: a decision is a few O(log N) counts and rank lookups, plus O(n) to write a job of cost n; memory is
 -- one member per unit in the longest window. gate.MaxSlidingLogLimit bounds every limit for this reason.
 --
--- The driver queues writes: what this file reads from Redis does not show a job being admitted (added) or
--- a moved job's units leaving (removed) in this call, so count and newest correct for them.
+-- The driver queues writes: what this file reads from Redis does not show the jobs admitted (added) or a
+-- moved job's units leaving (removed) in this call, a batch's included, so count, newest_but and newest
+-- correct for them. First come, first served, this call's admissions are newer than anything in the log,
+-- and come in order of slot.
 
 algo.fcfs = true
 algo.per_unit = true
 algo.merchants = true
 
 -- Per call (algo.init): mlog, the merchant's log or nil; W[i], policy i's window plus margin, and the longest
--- (kept in the settings' table: they follow from the settings alone); added, removed: {slot, n} queued in this
--- call; read_at[i], read[i]: the last ZCOUNT of policy i's log, for its window ending at read_at[i] (the
--- tables live on between a function's calls; init empties them).
+-- (kept in the settings' table: they follow from the settings alone); added: the call's admissions in order
+-- of slot, {slot, n, sum} with sum the units of added[1..j]; removed: the moves' units leaving, {slot, n,
+-- id, in_mlog}; read_at[i], read[i]: the last ZCOUNT of policy i's log, for its window ending at read_at[i]
+-- (the tables live on between a function's calls; init empties them).
 local mlog, W, longest, added, removed
 local read_at, read = {}, {}
 
 function algo.init()
-  mlog, added, removed = nil, nil, nil
+  mlog, added, removed = nil, {}, {}
   if M > 0 then mlog = KEYS[4] end
   if not conf.sl_W then
     local w, l = {}, 0
@@ -52,6 +55,18 @@ local function log_of(i)
   return ids
 end
 
+-- added_since is the units of the call's admissions with a slot after t.
+local function added_since(t)
+  local k = #added
+  if k == 0 or added[k].slot <= t then return 0 end
+  local lo, hi = 1, k -- the first admission after t: added is in order of slot
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if added[mid].slot > t then hi = mid else lo = mid + 1 end
+  end
+  return added[k].sum - (lo > 1 and added[lo - 1].sum or 0)
+end
+
 -- count is the units policy i counts in its window ending at `at`, with any reservations beyond it.
 local function count(i, at)
   local c
@@ -63,21 +78,42 @@ local function count(i, at)
     c = redis.call('ZCOUNT', log, int(at - W[i] + 1), '+inf')
     read_at[i], read[i] = at, c
   end
-  if removed and removed.slot > at - W[i] and (i <= PP or removed.in_mlog) then c = c - removed.n end
-  if added and added.slot > at - W[i] then c = c + added.n end
-  return c
+  for _, x in ipairs(removed) do
+    if x.slot > at - W[i] and (i <= PP or x.in_mlog) then c = c - x.n end
+  end
+  return c + added_since(at - W[i])
 end
 
--- newest_but(log, k) is the score of the (k+1)-th newest member (0-based k) of log, not counting a moved
--- job's units that are leaving: the rare path reads k + n + 1 members.
+-- leaving tells whether member m at score is one of the moves' units leaving in this call.
+local function leaving(m, score)
+  for _, x in ipairs(removed) do
+    if score == x.slot and (m == x.id or string.sub(m, 1, #x.id + 1) == x.id .. '\0') then return true end
+  end
+  return false
+end
+
+-- newest_but(log, k) is the score of the (k+1)-th newest unit (0-based k) of log with the call's admissions
+-- (the newest), not counting the moves' units leaving: that rare path reads k + their units + 1 members.
 local function newest_but(log, k)
-  if not removed then return tonumber(redis.call('ZREVRANGE', log, k, k, 'WITHSCORES')[2]) end
-  local prefix = id .. '\0'
-  local got = redis.call('ZREVRANGE', log, 0, k + removed.n, 'WITHSCORES')
-  for j = 1, #got, 2 do
-    local m, score = got[j], tonumber(got[j + 1])
-    local leaving = score == removed.slot and (m == id or string.sub(m, 1, #prefix) == prefix)
-    if not leaving then
+  local j = #added
+  if j > 0 and k < added[j].sum then
+    -- one of the call's: the last admission whose units before it (added[lo - 1].sum) are fewer than
+    -- want, the units from the (k+1)-th newest on
+    local want, lo, hi = added[j].sum - k, 1, j
+    while lo < hi do
+      local mid = math.floor((lo + hi + 1) / 2)
+      if (added[mid - 1] and added[mid - 1].sum or 0) < want then lo = mid else hi = mid - 1 end
+    end
+    return added[lo].slot
+  end
+  if j > 0 then k = k - added[j].sum end
+  if #removed == 0 then return tonumber(redis.call('ZREVRANGE', log, k, k, 'WITHSCORES')[2]) end
+  local n = 0
+  for _, x in ipairs(removed) do n = n + x.n end
+  local got = redis.call('ZREVRANGE', log, 0, k + n, 'WITHSCORES')
+  for j2 = 1, #got, 2 do
+    local m, score = got[j2], tonumber(got[j2 + 1])
+    if not leaving(m, score) then
       if k == 0 then return score end
       k = k - 1
     end
@@ -99,17 +135,25 @@ function algo.earliest(from, n)
   return slot, blocker, 0
 end
 
-function algo.commit(slot, n) added = {slot = slot, n = n} end
+-- commit adds the admission in order of slot (first come, first served: at the end, but for a slot
+-- before the last, which the invariant rules out and which this keeps correct all the same).
+function algo.commit(slot, n)
+  local j = #added + 1
+  while j > 1 and added[j - 1].slot > slot do j = j - 1 end
+  table.insert(added, j, {slot = slot, n = n})
+  for k = j, #added do added[k].sum = (k > 1 and added[k - 1].sum or 0) + added[k].n end
+end
 
 function algo.force() error('paygate: force is only for token_bucket') end
 
 function algo.give_back(slot, n)
   -- In the merchant's log only if it was admitted with its limits in force (they may be new since).
-  removed = {slot = slot, n = n, in_mlog = mlog ~= nil and tonumber(redis.call('ZSCORE', mlog, id) or nil) == slot}
+  removed[#removed + 1] = {slot = slot, n = n, id = id,
+    in_mlog = mlog ~= nil and tonumber(redis.call('ZSCORE', mlog, id) or nil) == slot}
   return true
 end
 
-function algo.take_back(_) removed = nil end
+function algo.take_back(_) removed[#removed] = nil end
 
 local function room_of(i, at) return math.max(0, limits[i] - count(i, at)) end
 
@@ -118,8 +162,8 @@ function algo.room(at)
 end
 
 local function newest()
-  local tail = newest_slot()
-  if added and (not tail or added.slot > tail) then tail = added.slot end
+  local tail, last = newest_slot(), added[#added]
+  if last and (not tail or last.slot > tail) then tail = last.slot end
   return tail
 end
 
@@ -146,14 +190,16 @@ function algo.status()
 end
 
 -- save keeps the merchant's log in step with KEYS[1]: the units that left it (a release or a move) leave,
--- the job's new ones come in, and what no policy counts any more is trimmed.
+-- the job's new ones come in, and what no policy counts any more is trimmed. A merchant's job is decided
+-- alone (no batch), so removed and added hold its own entries, at most one each.
 function algo.save()
   if not mlog then return end
-  if removed then write_members('ZREM', mlog, members_of(removed.n)) end
-  if added then
-    write_members('ZADD', mlog, members_of(added.n), int(added.slot))
+  local out, into = removed[1], added[1]
+  if out then write_members('ZREM', mlog, members_of(out.n)) end
+  if into then
+    write_members('ZADD', mlog, members_of(into.n), int(into.slot))
     write('ZREMRANGEBYSCORE', mlog, '-inf', '(' .. int(now - dedup))
-    expire(mlog, (math.max(added.slot - now, reset_after()) + dedup) / 1000 + 1000)
+    expire(mlog, (math.max(into.slot - now, reset_after()) + dedup) / 1000 + 1000)
   end
 end
 

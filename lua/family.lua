@@ -76,11 +76,13 @@
 -- ARGV[1] 'batch' -> several reserves in one call: ARGV[2] = n (1..1000), then for each job 5 arguments
 --            (its ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7] above: id, cost, max wait, force, merchant),
 --            then stale (ARGV[5]) and the settings (ARGV[8]), shared. The KEYS are the provider's, with no
---            merchant's own (S[10] = 0). Each job is decided as its own reserve would be, one after
---            another in the order given, each seeing what the ones before it wrote; the reply is the n
---            replies in that order (a job's bad argument is its own error reply, the others go on). A
---            runtime error (none is known) would end the call after the jobs before it were decided: their
---            callers see the error, and asking again find their jobs as duplicates
+--            merchant's own (S[10] = 0; a merchant's job goes alone). The provider's state is read once
+--            (the jobs' slots in the id record with one ZMSCORE), then each job is decided as its own
+--            reserve would be, one after another in the order given, each seeing what the ones before it
+--            did, and the writes of all are applied together at the end (one ZADD to the id record, one
+--            write of the algorithm's state). The reply is the n replies in that order (a job's bad
+--            argument is its own error reply, the others go on). A runtime error (none is known) writes
+--            nothing for any of them
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -115,7 +117,7 @@
 --   algo.status says
 --
 -- A decision that fails writes nothing. Every check comes first (a bad argument is an error reply before
--- anything is read), and every write goes through write(), which only queues it: the queue is applied at
+-- anything is read; in a batch, a job's bad argument is its own error reply), and every write goes through write(), which only queues it: the queue is applied at
 -- the very end, when nothing can fail any more. A denial drops what the decision queued. Reads therefore
 -- see the state as it was when the script began; the algorithms keep what they change in Lua, and what
 -- they read from Redis after queueing a change (sliding_log's counts) they correct themselves. Big
@@ -147,11 +149,11 @@
 -- else with EVALSHA: the same source, with an entry line gate.go appends (paygate(KEYS, ARGV)). As a
 -- function, everything at the top level of this file and the algorithm's runs once, when the library is
 -- loaded, and lives on between calls. So the top level only defines functions and constants (and reads no
--- global: a library being loaded has only `redis`); every
--- per-call value is one of the locals below, and begin() (or the algorithm's algo.init()) sets every one
--- of them at the start of each call: nothing a call sees is left from an earlier one. Lua 5.1 allows a
--- function 60 upvalues; begin() uses 47 and run() 51 (counted by luac5.1): a new per-call
--- value with no room left goes into a table rather than a local of its own.
+-- global: a library being loaded has only `redis`); every per-call value is one of the locals below, and
+-- begin(), begin_job() and start() (or the algorithm's algo.init()) set every one of them at the start of
+-- each call: nothing a call sees is left from an earlier one. Lua 5.1 allows a
+-- function 60 upvalues; the most any function here uses is reserve()'s 43 (counted by luac5.1 -l -l): a
+-- new per-call value with no room left goes into a table (as C) rather than a local of its own.
 -- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals below
 -- that take their names; a function has no such globals and never calls it).
 local function eval_args() return KEYS, ARGV end
@@ -170,8 +172,10 @@ local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
 local reset_memo -- reset_after's
 -- C: what a reserve call's jobs share beyond the above (start sets it): seen[id] = the slot an admission of
--- this call gave id, marks[id] = a mark it queued, ttl[key] = the expiry finish keeps key at least (ms),
--- admitted, last = the latest slot admitted, pause_until, tat = the pace's arrival time, first_lease
+-- this call gave id, scores[id] = its slot in the record as the call began (false: not there; read for a
+-- batch's ids at once), marks[id] = a mark it queued, ttl[key] = the expiry finish keeps key at least (ms),
+-- rec = the record's new members (score, member, ...), admitted, last = the latest slot admitted,
+-- pause_until, tat = the pace's arrival time, first_lease
 local C
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
@@ -266,7 +270,8 @@ local function start()
   -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
   seen_for = math.max(dedup, 60000000)
   newest_read, newest_value, kept, standing, reset_memo = false, nil, 0, 0, nil
-  C = {seen = {}, marks = {}, ttl = {}, admitted = false, last = 0, pause_until = 0, tat = 0, first_lease = nil}
+  C = {seen = {}, scores = {}, marks = {}, ttl = {}, rec = {}, admitted = false, last = 0, pause_until = 0, tat = 0,
+    first_lease = nil}
   return nil
 end
 
@@ -511,11 +516,12 @@ local function members_of(n)
   return members
 end
 
--- record queues the id's members into the record at slot; finish sets the record's expiry once, from the
--- call's latest slot. Every slot in the record is at most reset_after from now (the newest admission is
--- what sets it), so that expiry never cuts a later entry short.
+-- record puts the id's members into the record at slot: finish adds the call's in one ZADD and sets the
+-- record's expiry once, from the call's latest slot. Every slot in the record is at most reset_after from
+-- now (the newest admission is what sets it), so that expiry never cuts a later entry short.
 local function record(slot, members)
-  write_members('ZADD', ids, members, int(slot))
+  local rec, score = C.rec, int(slot)
+  for _, m in ipairs(members) do rec[#rec + 1], rec[#rec + 2] = score, m end
   C.seen[id] = slot
   if slot > C.last then C.last = slot end
 end
@@ -564,7 +570,9 @@ local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', string.format('(%d'
 -- record since is harmless: it can only refuse a release, which keeps a unit spent, never too few).
 local function lookup()
   local prev = C.seen[id]
+  if prev == nil then prev = C.scores[id] end
   if prev == nil then prev = tonumber(redis.call('ZSCORE', ids, id) or nil) end
+  prev = prev or nil
   if prev and prev < now - dedup then prev = nil end
   if not prev then return nil, false end
   local marked = C.marks[id]
@@ -729,6 +737,8 @@ end
 local function finish()
   if C.admitted then
     trim()
+    local rec = C.rec
+    for j = 1, #rec, 2000 do write('ZADD', ids, unpack(rec, j, math.min(j + 1999, #rec))) end
     algo.save()
     if pace > 0 then write('SET', pace_key, int(C.tat), 'PX', int(math.ceil((C.tat - now) / 1000) + 1000)) end
     expire(ids, (math.max(C.last - now, reset_after()) + dedup) / 1000 + 1000)
@@ -803,6 +813,11 @@ local function batch(keys, argv)
   algo.init()
   algo.load(true)
   prepare()
+  -- Every job's slot in the record, in one read.
+  local names = {}
+  for i = 1, n do names[i] = argv[2 + (i - 1) * 5 + 1] end
+  local got = redis.call('ZMSCORE', ids, unpack(names))
+  for i = 1, n do C.scores[names[i]] = tonumber(got[i] or nil) or false end
   local out = {}
   for i = 1, n do
     local b = 2 + (i - 1) * 5

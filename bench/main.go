@@ -3,7 +3,7 @@
 //
 //	make bench                       (cd bench && go run . -out ../BENCHMARKS.md)
 //	go run . -quick                  a short smoke run of every scenario
-//	go run . -only memory,cost       some scenarios only (cost, accuracy, e2e, footprint, scale, memory)
+//	go run . -only memory,cost       some scenarios only (cost, accuracy, fast, e2e, footprint, scale, cluster, memory)
 //
 // It asserts nothing about time: it reports what it measured, on the machine it ran on.
 package main
@@ -35,7 +35,7 @@ func main() {
 	amqpURL := flag.String("amqp", envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	accuracyFor := flag.Duration("accuracy", 10*time.Second, "length of each contender's accuracy run (6 cases x 6 contenders)")
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
-	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, accuracy, e2e, footprint, scale, cluster, memory")
+	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -66,6 +66,9 @@ func envOr(k, def string) string {
 var (
 	steadyLimits = []sim.Window{{Limit: 50, Per: time.Second}}
 	multiLimits  = []sim.Window{{Limit: 100, Per: time.Second}, {Limit: 500, Per: 10 * time.Second}}
+	// fastLimits: a provider that takes thousands of payments a second, and the workers that fill it
+	fastLimits  = []sim.Window{{Limit: 10000, Per: time.Second}}
+	fastWorkers = 64
 )
 
 func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accuracyFor time.Duration, quick bool) error {
@@ -160,6 +163,24 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 			fmt.Fprintf(&b, "- %s: %d violations, %.1f%%, %.2f calls per job: %s.\n", m.c, m.res.violations, 100*m.res.utilisation, m.res.callsPerJob, mark)
 		}
 
+	}
+
+	if want("accuracy") || want("fast") {
+		// A provider of 10 000/1s: the worker core alone. Its reserves are batched (gate.batch's default),
+		// so calls per job are Redis calls over jobs sent.
+		c := accuracyCase{fastLimits, fastWorkers, false}
+		fmt.Fprintf(os.Stderr, "bench: accuracy %s\n", c)
+		r, err := accuracyOne(ctx, rdb, c, accuracyFor, 0, contenders[0])
+		if err != nil {
+			return fmt.Errorf("accuracy %s: %w", c, err)
+		}
+		fmt.Fprintf(&b, "\n### %s: the worker core alone\n\nThe worker core's own path (as *paygate worker* above) at a budget of 10 000 requests a second, %d bench workers, for %s; its *limiter calls per job* are the gate's script calls on Redis over jobs sent, since a batched call decides several workers' reserves.\n\n", c, fastWorkers, accuracyFor)
+		accuracyTable(&b, []accuracyResult{r})
+		mark := "met"
+		if r.violations != 0 || r.utilisation < 0.98 || r.callsPerJob > 0.2 {
+			mark = "**not met**"
+		}
+		fmt.Fprintf(&b, "\nGoal (0 violations, utilisation ≥ 98%%, ≤ 0.2 gate calls per job): %d violations, %.1f%%, %.2f calls per job: %s.\n", r.violations, 100*r.utilisation, r.callsPerJob, mark)
 	}
 
 	if want("e2e") {

@@ -28,14 +28,29 @@ type workerRun struct {
 	l       *gate.Limiter
 	core    consumers.Config
 	counted *callCounter
-	ready   sync.Map // job id -> chan struct{}, closed when the core dispatches it
+	scripts atomic.Int64 // the gate's script calls on Redis: batched, several jobs share one
+	ready   sync.Map     // job id -> chan struct{}, closed when the core dispatches it
 }
 
+// newWorkerCore gives the run a Redis client of its own (on rdb's server), which counts the gate's script
+// calls: with batched decisions (gate.batch, on by default) a call decides the reserves of several
+// workers, so calls per job come from Redis, not from the jobs' own Reserves.
 func newWorkerCore(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
 	c := workerConfig(prefix, limits)
-	l, err := wire.Gate(c, rdb, wire.Worker)
-	return &workerRun{l: l, core: wire.Core(c), counted: &callCounter{Gate: l}}, err
+	single, ok := rdb.(*redis.Client)
+	if !ok {
+		return nil, fmt.Errorf("bench: the worker core runs on a single Redis, got %T", rdb)
+	}
+	own := redis.NewClient(single.Options())
+	r := &workerRun{core: wire.Core(c)}
+	own.AddHook(scriptCalls{&r.scripts})
+	l, err := wire.Gate(c, own, wire.Worker)
+	r.l, r.counted = l, &callCounter{Gate: l}
+	return r, err
 }
+
+// scriptCallsMade is the run's gate script calls so far (accuracyOne's calls per job).
+func (r *workerRun) scriptCallsMade() int64 { return r.scripts.Load() }
 
 // workerConfig is config's defaults with the provider p at these limits (paced, burst 1), and no
 // warm-up: each contender starts on an empty state, and the accuracy runs measure the steady state.

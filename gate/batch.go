@@ -81,8 +81,23 @@ func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 	}
 }
 
-// decideAll decides jobs in one call: a single reserve for one job, the batch op for several.
+// decideAll decides jobs in as few calls as it can, in order: a call holds a job id at most once (family.lua
+// decides a batch's jobs against the state as the call read it), so a redelivery of a job queued beside
+// it goes in the next call, and sees the first as a duplicate, as it would alone.
 func (l *Limiter) decideAll(ctx context.Context, p provider, providerName string, m int64, jobs []*pending) {
+	for len(jobs) > 0 {
+		n, ids := 0, make(map[string]bool, len(jobs))
+		for n < len(jobs) && !ids[jobs[n].id] {
+			ids[jobs[n].id] = true
+			n++
+		}
+		l.decideCall(ctx, p, providerName, m, jobs[:n])
+		jobs = jobs[n:]
+	}
+}
+
+// decideCall decides jobs (distinct ids) in one call: a single reserve for one job, the batch op for several.
+func (l *Limiter) decideCall(ctx context.Context, p provider, providerName string, m int64, jobs []*pending) {
 	defer func() {
 		for _, j := range jobs {
 			close(j.done)

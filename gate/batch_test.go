@@ -234,3 +234,75 @@ func (s slowScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (s slowScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// Deliveries of one job queued together go in consecutive calls, not one: in one call they would be decided
+// against the same reading of the state, and two duplicates let go at one instant shared one lease (the
+// review's finding: a fourth request in flight under a cap of 3). Each gets its own lease, and the cap
+// holds: the fourth job is denied.
+func TestBatchRepeatedIdKeepsTheCap(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(100, time.Minute)}, MaxInFlight: 3, Lease: time.Hour})
+		vs, errs := gate.DecideBatch(ctx, l, prov, []string{"x", "x", "x"}, []int64{1, 1, 1}, time.Minute)
+		leases := map[string]bool{}
+		for i, v := range vs {
+			if errs[i] != nil || !v.Allowed || v.Lease == "" || leases[v.Lease] {
+				t.Fatalf("delivery %d of x: %+v %v; leases so far %v: want let go, each with a lease of its own", i, v, errs[i], leases)
+			}
+			leases[v.Lease] = true
+		}
+		if !vs[1].Duplicate || !vs[2].Duplicate {
+			t.Fatalf("the second and third deliveries of x: %+v, want duplicates of the first", vs[1:])
+		}
+		st, err := l.Status(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.InFlight != 3 {
+			t.Fatalf("%d leases standing after three deliveries let go, want 3", st.InFlight)
+		}
+		if y := mustReserve(t, l, "y", 1, time.Minute); y.Allowed || !y.InFlight {
+			t.Fatalf("y with 3 of 3 in flight: %+v, want denied by the cap", y)
+		}
+	})
+}
+
+// The in-flight set keeps an expiry: a call that removes its last lapsed lease (deleting the key) and takes
+// a new one sets the expiry anew, though the key's old expiry, read before the removal, was long enough.
+// Without it the set lived on without one, and a later, shorter lease's expiry could cut a standing lease
+// short (the review's finding).
+func TestLeaseSetKeepsAnExpiry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const lease = 300 * time.Millisecond
+		l := newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(1, 10*time.Second)}, MaxInFlight: 5, Lease: lease})
+		keys, err := l.Keys(prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flight := keys[len(keys)-3]
+		if !strings.HasSuffix(flight, ":flight") {
+			t.Fatalf("keys %q: the in-flight set is not third from the end", keys)
+		}
+		now := mustReserve(t, l, "now", 1, time.Minute)     // lapses in 300ms
+		ahead := mustReserve(t, l, "ahead", 1, time.Minute) // 10s ahead: the set's expiry goes past 10s
+		if !now.Allowed || !ahead.Allowed || ahead.Delay < 9*time.Second {
+			t.Fatalf("now %+v, ahead %+v: want both admitted, ahead about 10s on", now, ahead)
+		}
+		if err := l.Land(ctx, prov, ahead.Lease); err != nil { // its expiry stays on the key
+			t.Fatal(err)
+		}
+		time.Sleep(lease + 100*time.Millisecond) // now's lease lapses: the only one left
+		again := mustReserve(t, l, "now", 1, time.Minute)
+		if !again.Allowed || !again.Duplicate || again.Lease == "" {
+			t.Fatalf("now again: %+v, want a duplicate let go with a lease", again)
+		}
+		ttl, err := rdb.PTTL(ctx, flight).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl < lease {
+			t.Fatalf("the in-flight set's expiry %v with a lease of %v standing (-1ns: none)", ttl, lease)
+		}
+	})
+}

@@ -300,7 +300,7 @@ func BenchmarkReserveAcked(b *testing.B) {
 func BenchmarkReserveBatch(b *testing.B) {
 	rdb := benchClient(b)
 	ctx := context.Background()
-	for _, size := range []int{1, 16} {
+	for _, size := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("jobs=%d", size), func(b *testing.B) {
 			l := newLimiter(b, rdb, 10*time.Millisecond, roomy...)
 			var n atomic.Int64

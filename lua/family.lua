@@ -75,7 +75,8 @@
 --
 -- ARGV[1] 'batch' -> several reserves in one call: ARGV[2] = n (1..1000), then for each job 5 arguments
 --            (its ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7] above: id, cost, max wait, force, merchant),
---            then stale (ARGV[5]) and the settings (ARGV[8]), shared. The KEYS are the provider's, with no
+--            then stale (ARGV[5]) and the settings (ARGV[8]), shared. A job id comes at most once a call
+--            (a repeated one is its own error reply: gate.go sends it in the next call). The KEYS are the provider's, with no
 --            merchant's own (S[10] = 0; a merchant's job goes alone). The provider's state is read once
 --            (the jobs' slots in the id record with one ZMSCORE), then each job is decided as its own
 --            reserve would be, one after another in the order given, each seeing what the ones before it
@@ -171,11 +172,12 @@ local now, writes, nwrites, seen_for
 local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
 local reset_memo -- reset_after's
--- C: what a reserve call's jobs share beyond the above (start sets it): seen[id] = the slot an admission of
--- this call gave id, scores[id] = its slot in the record as the call began (false: not there; read for a
--- batch's ids at once), marks[id] = a mark it queued, ttl[key] = the expiry finish keeps key at least (ms),
--- rec = the record's new members (score, member, ...), admitted, last = the latest slot admitted,
--- pause_until, tat = the pace's arrival time, first_lease
+-- C: what a reserve call's jobs share beyond the above (start sets it): scores[id] = id's slot in the
+-- record as the call began (false: not there; read for a batch's ids at once, which are distinct),
+-- ttl[key] = the expiry finish keeps key at least (ms), rec = the record's new members (score, member,
+-- ...), admitted, last = the latest slot admitted, pause_until, tat = the pace's arrival time,
+-- first_lease = the earliest lapse of a lease taken, renew_flight: the in-flight set may be emptied by the
+-- call's removal of lapsed leases (its expiry then goes with it, and finish sets it anew)
 local C
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
@@ -270,8 +272,8 @@ local function start()
   -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
   seen_for = math.max(dedup, 60000000)
   newest_read, newest_value, kept, standing, reset_memo = false, nil, 0, 0, nil
-  C = {seen = {}, scores = {}, marks = {}, ttl = {}, rec = {}, admitted = false, last = 0, pause_until = 0, tat = 0,
-    first_lease = nil}
+  C = {scores = {}, ttl = {}, rec = {}, admitted = false, last = 0, pause_until = 0, tat = 0, first_lease = nil,
+    renew_flight = false}
   return nil
 end
 
@@ -522,7 +524,6 @@ end
 local function record(slot, members)
   local rec, score = C.rec, int(slot)
   for _, m in ipairs(members) do rec[#rec + 1], rec[#rec + 2] = score, m end
-  C.seen[id] = slot
   if slot > C.last then C.last = slot end
 end
 
@@ -535,7 +536,6 @@ end
 -- mark queues a mark on the id in the sent hash, kept at least as long as the record keeps the id.
 local function mark(value, ttl_us)
   write('HSET', sent, id, value)
-  C.marks[id] = value
   extend(sent, math.ceil(ttl_us / 1000) + 1000)
 end
 
@@ -565,19 +565,16 @@ end
 local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', string.format('(%d', now - dedup)) end
 
 -- lookup finds the id in the record: its slot (nil: not there, or older than dedup) and, when there, its
--- mark in the sent hash (false: none). What the call's earlier jobs did counts: their writes are queued.
--- Marks matter only to an id in the record (a mark left from an earlier life of an id that has left the
+-- mark in the sent hash (false: none). A batch's ids are distinct, so no earlier job of the call changed
+-- either. Marks matter only to an id in the record (a mark left from an earlier life of an id that has left the
 -- record since is harmless: it can only refuse a release, which keeps a unit spent, never too few).
 local function lookup()
-  local prev = C.seen[id]
-  if prev == nil then prev = C.scores[id] end
+  local prev = C.scores[id]
   if prev == nil then prev = tonumber(redis.call('ZSCORE', ids, id) or nil) end
   prev = prev or nil
   if prev and prev < now - dedup then prev = nil end
   if not prev then return nil, false end
-  local marked = C.marks[id]
-  if marked == nil then marked = redis.call('HGET', sent, id) end
-  return prev, marked
+  return prev, redis.call('HGET', sent, id)
 end
 
 -- A reserve's replies. deny drops the writes the job queued (since `kept`, set as it begins): the call's
@@ -640,6 +637,10 @@ local function prepare()
   if max_flight > 0 then
     write('ZREMRANGEBYSCORE', flight, '-inf', int(now))
     standing = redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')
+    -- With none standing the removal may delete the key, and its expiry: the next lease's ZADD makes it
+    -- anew without one, so finish sets the expiry whatever PTTL said. With one standing, the key's expiry
+    -- already covers it (every lease extends it; land.lua only removes members).
+    C.renew_flight = standing == 0
   end
 end
 
@@ -742,7 +743,7 @@ local function finish()
     expire(ids, (math.max(C.last - now, reset_after()) + dedup) / 1000 + 1000)
   end
   for key, ttl in pairs(C.ttl) do
-    if redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
+    if (key == flight and C.renew_flight) or redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
   end
   return flush()
 end
@@ -805,23 +806,36 @@ local function batch(keys, argv)
   if not whole(n) or n < 1 or n > 1000 or #argv ~= 4 + 5 * n then
     return bad('batch: want 1..1000 jobs of 5 arguments between the count and stale, settings; count', argv[2])
   end
-  local err = begin(keys, argv, 'reserve', argv[#argv - 1], argv[#argv], true) or start()
+  local err = begin(keys, argv, 'reserve', argv[#argv - 1], argv[#argv], true)
   if err then return err end
   if M > 0 then return bad('batch: merchant policies go alone; merchant policies', M) end
-  algo.init()
-  algo.load(true)
-  prepare()
-  -- Every job's slot in the record, in one read.
-  local names = {}
+  local out, names, asked, started = {}, {}, {}, false
   for i = 1, n do names[i] = argv[2 + (i - 1) * 5 + 1] end
-  local got = redis.call('ZMSCORE', ids, unpack(names))
-  for i = 1, n do C.scores[names[i]] = tonumber(got[i] or nil) or false end
-  local out = {}
   for i = 1, n do
     local b = 2 + (i - 1) * 5
-    out[i] = begin_job(argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5]) or reserve()
+    out[i] = begin_job(argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5])
+    if not out[i] and asked[id] then
+      -- Each job is decided against the state as the call read it (lookup): a job id comes once a call.
+      out[i] = bad('batch: a job id at most once a call; repeated', id)
+    end
+    if not out[i] then
+      asked[id] = true
+      if not started then
+        -- The call's reads, at its first good job (a batch of bad jobs reads and writes nothing, as each
+        -- alone would): the state, and every job's slot in the record in one read.
+        err = start()
+        if err then return err end
+        started = true
+        algo.init()
+        algo.load(true)
+        prepare()
+        local got = redis.call('ZMSCORE', ids, unpack(names))
+        for j = 1, n do C.scores[names[j]] = tonumber(got[j] or nil) or false end
+      end
+      out[i] = reserve()
+    end
   end
-  finish()
+  if started then finish() end
   return out
 end
 

@@ -68,7 +68,7 @@ var (
 	multiLimits  = []sim.Window{{Limit: 100, Per: time.Second}, {Limit: 500, Per: 10 * time.Second}}
 	// fastLimits: a provider that takes thousands of payments a second, and the workers that fill it
 	fastLimits  = []sim.Window{{Limit: 10000, Per: time.Second}}
-	fastWorkers = 64
+	fastWorkers = 128
 )
 
 func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accuracyFor time.Duration, quick bool) error {

@@ -166,21 +166,29 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	}
 
 	if want("accuracy") || want("fast") {
-		// A provider of 10 000/1s: the worker core alone. Its reserves are batched (gate.batch's default),
-		// so calls per job are Redis calls over jobs sent.
+		// A provider of 10 000/1s: the worker core alone, with the default settings and with a linger. Its
+		// reserves are batched (gate.batch's default), so calls per job are Redis calls over jobs sent.
 		c := accuracyCase{fastLimits, fastWorkers, false}
-		fmt.Fprintf(os.Stderr, "bench: accuracy %s\n", c)
-		r, err := accuracyOne(ctx, rdb, c, accuracyFor, 0, contenders[0])
-		if err != nil {
-			return fmt.Errorf("accuracy %s: %w", c, err)
+		rows := []contender{contenders[0], {"paygate worker, gate.batch_linger: 500µs", lingering(500 * time.Microsecond)}}
+		var rs []accuracyResult
+		for i, ct := range rows {
+			fmt.Fprintf(os.Stderr, "bench: accuracy %s, %s\n", c, ct.name)
+			r, err := accuracyOne(ctx, rdb, c, accuracyFor, i, ct)
+			if err != nil {
+				return fmt.Errorf("accuracy %s: %w", c, err)
+			}
+			rs = append(rs, r)
 		}
-		fmt.Fprintf(&b, "\n### %s: the worker core alone\n\nThe worker core's own path (as *paygate worker* above) at a budget of 10 000 requests a second, %d bench workers, for %s; its *limiter calls per job* are the gate's script calls on Redis over jobs sent, since a batched call decides several workers' reserves.\n\n", c, fastWorkers, accuracyFor)
-		accuracyTable(&b, []accuracyResult{r})
-		mark := "met"
-		if r.violations != 0 || r.utilisation < 0.98 || r.callsPerJob > 0.2 {
-			mark = "**not met**"
+		fmt.Fprintf(&b, "\n### %s: the worker core alone\n\nThe worker core's own path (as *paygate worker* above) at a budget of 10 000 requests a second, %d bench workers, for %s, with the default settings and with `gate.batch_linger: 500µs` (a reserve that finds no call on its way waits up to 0.5 ms for others); its *limiter calls per job* are the gate's script calls on Redis over jobs sent, since a batched call decides several workers' reserves.\n\n", c, fastWorkers, accuracyFor)
+		accuracyTable(&b, rs)
+		fmt.Fprint(&b, "\nGoal (0 violations, utilisation ≥ 98%, ≤ 0.2 gate calls per job). The margin (20 ms) alone caps a sliding window's utilisation at W / (W + margin) = 98.0% of 10 000/1s, so this goal leaves no room for any other loss at the default margin:\n\n")
+		for _, r := range rs {
+			mark := "met"
+			if r.violations != 0 || r.utilisation < 0.98 || r.callsPerJob > 0.2 {
+				mark = "**not met**"
+			}
+			fmt.Fprintf(&b, "- %s: %d violations, %.1f%%, %.2f calls per job: %s.\n", r.contender, r.violations, 100*r.utilisation, r.callsPerJob, mark)
 		}
-		fmt.Fprintf(&b, "\nGoal (0 violations, utilisation ≥ 98%%, ≤ 0.2 gate calls per job): %d violations, %.1f%%, %.2f calls per job: %s.\n", r.violations, 100*r.utilisation, r.callsPerJob, mark)
 	}
 
 	if want("e2e") {

@@ -35,8 +35,20 @@ type workerRun struct {
 // newWorkerCore gives the run a Redis client of its own (on rdb's server), which counts the gate's script
 // calls: with batched decisions (gate.batch, on by default) a call decides the reserves of several
 // workers, so calls per job come from Redis, not from the jobs' own Reserves.
-func newWorkerCore(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
-	c := workerConfig(prefix, limits)
+func newWorkerCore(rdb redis.UniversalClient, prefix string, limits []sim.Window, k int) (run, error) {
+	return lingering(0)(rdb, prefix, limits, k)
+}
+
+// lingering is newWorkerCore with gate.batch_linger set.
+func lingering(linger time.Duration) func(redis.UniversalClient, string, []sim.Window, int) (run, error) {
+	return func(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
+		c := workerConfig(prefix, limits)
+		c.Gate.BatchLinger = linger
+		return newWorkerCoreFrom(c, rdb)
+	}
+}
+
+func newWorkerCoreFrom(c *config.Config, rdb redis.UniversalClient) (run, error) {
 	single, ok := rdb.(*redis.Client)
 	if !ok {
 		return nil, fmt.Errorf("bench: the worker core runs on a single Redis, got %T", rdb)

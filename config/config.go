@@ -75,6 +75,9 @@ type Gate struct {
 	WarmUpMax time.Duration `mapstructure:"warmup_max"`
 	// Batch is the most reserves of one provider a worker decides in one call (gate.Options.Batch).
 	Batch int `mapstructure:"batch"`
+	// BatchLinger is how long a reserve that finds no call on its way waits for others of its provider
+	// before its call goes (gate.Options.BatchLinger); 0: at once.
+	BatchLinger time.Duration `mapstructure:"batch_linger"`
 }
 
 // Broker selects and configures the job queue.
@@ -333,6 +336,7 @@ var defaults = map[string]any{
 	"gate.warmup":                      true,
 	"gate.warmup_max":                  "1m",
 	"gate.batch":                       32,
+	"gate.batch_linger":                "0s",
 	"broker.kind":                      "rabbitmq",
 	"broker.rabbitmq.url_env":          "PAYGATE_AMQP_URL",
 	"broker.rabbitmq.exchange":         "payments",

@@ -56,6 +56,8 @@ func (c *Config) Validate() error {
 		"must be gate.margin (%s)..1s, got %s", c.Gate.Margin, c.Gate.MarginMax)
 	p.check(c.Gate.WarmUpMax > 0, "gate.warmup_max", "must be > 0, got %s", c.Gate.WarmUpMax)
 	p.check(c.Gate.Batch >= 1 && c.Gate.Batch <= gate.MaxBatch, "gate.batch", "must be 1..%d, got %d", gate.MaxBatch, c.Gate.Batch)
+	p.check(c.Gate.BatchLinger >= 0 && c.Gate.BatchLinger <= gate.MaxBatchLinger, "gate.batch_linger", "must be 0s..%s, got %s",
+		gate.MaxBatchLinger, c.Gate.BatchLinger)
 
 	switch c.Broker.Kind {
 	case "rabbitmq":

@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // batcher gathers one provider's reserves (under one set of limits) while a call for that provider is on
 // its way, and sends them together as the next call (family.lua's op 'batch'): under load a call decides
-// many jobs, and a job that finds nothing on its way goes at once, alone, as it always did. Each job gets
-// the verdict its own call would have had, in the order the jobs arrived.
+// many jobs, and a job that finds nothing on its way goes at once, alone, as it always did, or after the
+// linger, with those that came meanwhile. Each job gets the verdict its own call would have had, in the
+// order the jobs arrived.
 type batcher struct {
 	max     int
+	linger  time.Duration                        // Options.BatchLinger
+	after   func(time.Duration) <-chan time.Time // the linger's clock: time.After (tests set their own)
+	full    chan struct{}                        // a linger ends early: max jobs are queued
 	mu      sync.Mutex
 	running bool // a call is on its way, or about to be: later jobs queue for the next one
 	queue   []*pending
@@ -24,6 +29,7 @@ type pending struct {
 	cost, wait int64
 	forced     int
 	m          int64 // the margin in force it was asked under (µs): a call's jobs share one
+	at         time.Time
 	v          Verdict
 	err        error
 	done       chan struct{}
@@ -31,12 +37,18 @@ type pending struct {
 
 // batched decides pd with the provider's other reserves waiting meanwhile.
 func (l *Limiter) batched(ctx context.Context, p provider, providerName string, pd *pending) (Verdict, error) {
-	pd.done = make(chan struct{})
+	pd.done, pd.at = make(chan struct{}), time.Now()
 	b := p.batch
 	b.mu.Lock()
 	b.queue = append(b.queue, pd)
 	lead := !b.running
 	b.running = true
+	if b.linger > 0 && len(b.queue) >= b.max {
+		select {
+		case b.full <- struct{}{}:
+		default:
+		}
+	}
 	b.mu.Unlock()
 	if lead {
 		// The next call (this job in it), and what queues meanwhile after it; not cut short by this
@@ -59,9 +71,11 @@ func (l *Limiter) batched(ctx context.Context, p provider, providerName string, 
 }
 
 // drain sends the calls while jobs are queued: each the queue's first jobs, in order, up to max and up to
-// the first asked under another margin than the head's.
+// the first asked under another margin than the head's, once the head has waited the linger (a head that
+// queued behind a call on its way has waited that long already, as a rule).
 func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 	b := p.batch
+	lingered := false // this call's linger is over
 	for {
 		b.mu.Lock()
 		if len(b.queue) == 0 { // every job queued gave up (batched)
@@ -69,6 +83,16 @@ func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 			b.mu.Unlock()
 			return
 		}
+		if wait := time.Until(b.queue[0].at.Add(b.linger)); b.linger > 0 && !lingered && wait > 0 && len(b.queue) < b.max {
+			b.mu.Unlock()
+			select {
+			case <-b.after(wait):
+			case <-b.full:
+			}
+			lingered = true
+			continue // the queue again: some may have given up meanwhile
+		}
+		lingered = false
 		m, n := b.queue[0].m, 0
 		for n < len(b.queue) && n < b.max && b.queue[n].m == m {
 			n++

@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -303,6 +304,67 @@ func TestLeaseSetKeepsAnExpiry(t *testing.T) {
 		}
 		if ttl < lease {
 			t.Fatalf("the in-flight set's expiry %v with a lease of %v standing (-1ns: none)", ttl, lease)
+		}
+	})
+}
+
+// With Options.BatchLinger a reserve that finds no call on its way waits for company: reserves asked while
+// it lingers go in its call, and a full queue (Options.Batch) ends the linger at once. The linger runs on
+// the test's clock (gate.LingerClock), so no scheduling delay of this machine changes what is checked.
+func TestBatchLinger(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		l := newAlgoOpts(t, countCalls(t, rdb, &calls), gate.Options{Batch: 3, BatchLinger: gate.MaxBatchLinger},
+			gate.Provider{Policies: []gate.Policy{pol(100, time.Second)}})
+		mustReserve(t, l, "warm", 1, 0) // functions loaded, the epoch written (it lingered on the real clock)
+		fire, queued := gate.LingerClock(l, prov)
+		reserve := func(id string) chan error {
+			done := make(chan error, 1)
+			go func() {
+				v, err := l.Reserve(ctx, prov, id, 1, time.Second)
+				if err == nil && !v.Allowed {
+					err = fmt.Errorf("%s denied: %+v", id, v)
+				}
+				done <- err
+			}()
+			return done
+		}
+		waitQueued := func(n int) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); queued() != n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d reserves queued, want %d", queued(), n)
+				}
+			}
+		}
+
+		calls.Store(0)
+		a := reserve("a")
+		waitQueued(1)
+		b := reserve("b")
+		waitQueued(2)
+		if n := calls.Load(); n != 0 {
+			t.Fatalf("%d calls while the first reserve lingers, want none", n)
+		}
+		fire()
+		if err := errors.Join(<-a, <-b); err != nil {
+			t.Fatal(err)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("two reserves asked within one linger took %d calls, want 1", n)
+		}
+
+		calls.Store(0) // Batch (3) reserves queued end the linger without the clock
+		c := reserve("c")
+		waitQueued(1)
+		d := reserve("d")
+		waitQueued(2)
+		if err := errors.Join(<-reserve("e"), <-c, <-d); err != nil {
+			t.Fatal(err)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("a full queue of 3 took %d calls, want 1", n)
 		}
 	})
 }

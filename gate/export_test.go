@@ -40,3 +40,19 @@ func DecideBatch(ctx context.Context, l *Limiter, providerName string, ids []str
 	}
 	return vs, errs
 }
+
+// LingerClock puts a provider's batcher on the test's clock: a linger ends when fire is called (or the
+// queue fills); queued tells how many reserves wait. Call it while no reserve of the provider is under way.
+func LingerClock(l *Limiter, providerName string) (fire func(), queued func() int) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		panic(err)
+	}
+	b, ch := p.batch, make(chan time.Time)
+	b.after = func(time.Duration) <-chan time.Time { return ch }
+	return func() { ch <- time.Now() }, func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queue)
+	}
+}

@@ -181,12 +181,19 @@ type Options struct {
 	// in the order asked). 0 or 1: each alone. Reserves naming a merchant on a provider that counts or
 	// tracks merchants, and all reserves under MinReplicasAcked, go alone.
 	Batch int
+	// BatchLinger is how long a call waits for company: a reserve that finds nothing on its way waits this
+	// long (0..MaxBatchLinger) for others of its provider before its call goes, unless Batch of them come
+	// sooner. 0: it goes at once. Fewer calls per job at high rates, for up to this much more latency.
+	BatchLinger time.Duration
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its budget.
 	Providers map[string]Provider
 }
 
 // MaxBatch is the largest Options.Batch (family.lua takes up to 1000 jobs a call).
 const MaxBatch = 1000
+
+// MaxBatchLinger is the longest Options.BatchLinger: a linger is meant to be short next to a window.
+const MaxBatchLinger = 10 * time.Millisecond
 
 // MaxAckTimeout is the longest Options.AckTimeout: a wait well within go-redis's read timeout (3s).
 const MaxAckTimeout = time.Second
@@ -402,6 +409,9 @@ func New(rdb redis.Scripter, opts Options) (*Limiter, error) {
 	if opts.Batch < 0 || opts.Batch > MaxBatch {
 		return nil, fmt.Errorf("gate: batch must be 0..%d, got %d", MaxBatch, opts.Batch)
 	}
+	if opts.BatchLinger < 0 || opts.BatchLinger > MaxBatchLinger {
+		return nil, fmt.Errorf("gate: batch linger must be 0..%s, got %s", MaxBatchLinger, opts.BatchLinger)
+	}
 	if opts.MinReplicasAcked < 0 {
 		return nil, fmt.Errorf("gate: min replicas acked must be >= 0, got %d", opts.MinReplicasAcked)
 	}
@@ -515,7 +525,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 	}
 	p.inForce = &atomic.Int64{}
 	if opts.Batch > 1 {
-		p.batch = &batcher{max: opts.Batch}
+		p.batch = &batcher{max: opts.Batch, linger: opts.BatchLinger, after: time.After, full: make(chan struct{}, 1)}
 	}
 	p.settings = &atomic.Pointer[settingsAt]{}
 	p.inForce.Store(p.floor)

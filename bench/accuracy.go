@@ -173,8 +173,10 @@ func accuracyOne(ctx context.Context, rdb redis.UniversalClient, c accuracyCase,
 		requests: st.Requests, utilisation: m.Utilization, p99Wait: stats.Percentile(l.waits, 99)}
 	if n := l.sent.Load(); n > 0 {
 		res.callsPerJob = float64(l.calls.Load()) / float64(n)
-		if s, ok := r.(interface{ scriptCallsMade() int64 }); ok {
-			res.callsPerJob = float64(s.scriptCallsMade()) / float64(n) // Redis calls: a batch serves several jobs
+		if s, ok := r.(interface{ scriptCallsMade() (int64, bool) }); ok {
+			if calls, counted := s.scriptCallsMade(); counted {
+				res.callsPerJob = float64(calls) / float64(n) // Redis calls: a batch serves several jobs
+			}
 		}
 	}
 	l.ref.mu.Lock()

@@ -169,7 +169,7 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 		// A provider of 10 000/1s: the worker core alone, with the default settings and with a linger. Its
 		// reserves are batched (gate.batch's default), so calls per job are Redis calls over jobs sent.
 		c := accuracyCase{fastLimits, fastWorkers, false}
-		rows := []contender{contenders[0], {"paygate worker, gate.batch_linger: 500µs", lingering(500 * time.Microsecond)}}
+		rows := []contender{{"paygate worker", fastWorkerCore(0)}, {"paygate worker, gate.batch_linger: 500µs", fastWorkerCore(500 * time.Microsecond)}}
 		var rs []accuracyResult
 		for i, ct := range rows {
 			fmt.Fprintf(os.Stderr, "bench: accuracy %s, %s\n", c, ct.name)

@@ -28,41 +28,46 @@ type workerRun struct {
 	l       *gate.Limiter
 	core    consumers.Config
 	counted *callCounter
-	scripts atomic.Int64 // the gate's script calls on Redis: batched, several jobs share one
-	ready   sync.Map     // job id -> chan struct{}, closed when the core dispatches it
+	scripts *atomic.Int64 // the gate's script calls on Redis (nil: not counted)
+	ready   sync.Map      // job id -> chan struct{}, closed when the core dispatches it
 }
 
-// newWorkerCore gives the run a Redis client of its own (on rdb's server), which counts the gate's script
-// calls: with batched decisions (gate.batch, on by default) a call decides the reserves of several
-// workers, so calls per job come from Redis, not from the jobs' own Reserves.
-func newWorkerCore(rdb redis.UniversalClient, prefix string, limits []sim.Window, k int) (run, error) {
-	return lingering(0)(rdb, prefix, limits, k)
+// newWorkerCore is the worker core as the example config sets it; calls per job are the Reserves and
+// Releases of the jobs sent (callCounter), as for every contender of section 2.
+func newWorkerCore(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
+	c := workerConfig(prefix, limits)
+	l, err := wire.Gate(c, rdb, wire.Worker)
+	return &workerRun{l: l, core: wire.Core(c), counted: &callCounter{Gate: l}}, err
 }
 
-// lingering is newWorkerCore with gate.batch_linger set.
-func lingering(linger time.Duration) func(redis.UniversalClient, string, []sim.Window, int) (run, error) {
+// fastWorkerCore is the worker core with gate.batch_linger set, on a Redis client of its own (on rdb's
+// server) that counts the gate's script calls: at thousands of jobs a second a batched call decides the
+// reserves of several workers, so calls per job are Redis calls over jobs sent (every job there is sent:
+// nothing is denied within its wait), not the jobs' own Reserves.
+func fastWorkerCore(linger time.Duration) func(redis.UniversalClient, string, []sim.Window, int) (run, error) {
 	return func(rdb redis.UniversalClient, prefix string, limits []sim.Window, _ int) (run, error) {
 		c := workerConfig(prefix, limits)
 		c.Gate.BatchLinger = linger
-		return newWorkerCoreFrom(c, rdb)
+		single, ok := rdb.(*redis.Client)
+		if !ok {
+			return nil, fmt.Errorf("bench: the worker core runs on a single Redis, got %T", rdb)
+		}
+		own := redis.NewClient(single.Options())
+		r := &workerRun{core: wire.Core(c), scripts: &atomic.Int64{}}
+		own.AddHook(scriptCalls{r.scripts})
+		l, err := wire.Gate(c, own, wire.Worker)
+		r.l, r.counted = l, &callCounter{Gate: l}
+		return r, err
 	}
 }
 
-func newWorkerCoreFrom(c *config.Config, rdb redis.UniversalClient) (run, error) {
-	single, ok := rdb.(*redis.Client)
-	if !ok {
-		return nil, fmt.Errorf("bench: the worker core runs on a single Redis, got %T", rdb)
+// scriptCallsMade is the run's gate script calls so far, when they are counted (accuracyOne's calls per job).
+func (r *workerRun) scriptCallsMade() (int64, bool) {
+	if r.scripts == nil {
+		return 0, false
 	}
-	own := redis.NewClient(single.Options())
-	r := &workerRun{core: wire.Core(c)}
-	own.AddHook(scriptCalls{&r.scripts})
-	l, err := wire.Gate(c, own, wire.Worker)
-	r.l, r.counted = l, &callCounter{Gate: l}
-	return r, err
+	return r.scripts.Load(), true
 }
-
-// scriptCallsMade is the run's gate script calls so far (accuracyOne's calls per job).
-func (r *workerRun) scriptCallsMade() int64 { return r.scripts.Load() }
 
 // workerConfig is config's defaults with the provider p at these limits (paced, burst 1), and no
 // warm-up: each contender starts on an empty state, and the accuracy runs measure the steady state.

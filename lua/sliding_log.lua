@@ -59,6 +59,7 @@ end
 local function added_since(t)
   local k = #added
   if k == 0 or added[k].slot <= t then return 0 end
+  if added[1].slot > t then return added[k].sum end -- the common case: the call's admissions are all in the window
   local lo, hi = 1, k -- the first admission after t: added is in order of slot
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)

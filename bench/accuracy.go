@@ -127,6 +127,9 @@ func accuracyOne(ctx context.Context, rdb redis.UniversalClient, c accuracyCase,
 	if err != nil {
 		return accuracyResult{}, err
 	}
+	if c, ok := r.(interface{ close() }); ok {
+		defer c.close()
+	}
 	l := &live{ref: ref, run: r}
 	runCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()

@@ -29,6 +29,7 @@ type workerRun struct {
 	core    consumers.Config
 	counted *callCounter
 	scripts *atomic.Int64 // the gate's script calls on Redis (nil: not counted)
+	own     *redis.Client // the run's own Redis client, when it has one (fastWorkerCore)
 	ready   sync.Map      // job id -> chan struct{}, closed when the core dispatches it
 }
 
@@ -53,11 +54,18 @@ func fastWorkerCore(linger time.Duration) func(redis.UniversalClient, string, []
 			return nil, fmt.Errorf("bench: the worker core runs on a single Redis, got %T", rdb)
 		}
 		own := redis.NewClient(single.Options())
-		r := &workerRun{core: wire.Core(c), scripts: &atomic.Int64{}}
+		r := &workerRun{core: wire.Core(c), scripts: &atomic.Int64{}, own: own}
 		own.AddHook(scriptCalls{r.scripts})
 		l, err := wire.Gate(c, own, wire.Worker)
 		r.l, r.counted = l, &callCounter{Gate: l}
 		return r, err
+	}
+}
+
+// close closes the run's own Redis client, if it has one.
+func (r *workerRun) close() {
+	if r.own != nil {
+		_ = r.own.Close()
 	}
 }
 

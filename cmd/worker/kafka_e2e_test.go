@@ -55,7 +55,6 @@ func newKafkaFleet(t *testing.T, ps ...simProvider) (*fleet, string) {
 	return f, brokers
 }
 
-// joined counts the consumer-group generations the workers have logged.
 // inGroup reports whether every worker started has joined the group, all in the same (their latest)
 // generation: n workers starting together may all join the first generation that holds them, or join one
 // by one, each join a new generation.
@@ -81,6 +80,7 @@ func (f *fleet) inGroup() bool {
 	return len(latest) == 1
 }
 
+// joined counts the consumer-group generations the workers have logged.
 func (f *fleet) joined() int {
 	logs, _ := filepath.Glob(filepath.Join(f.dir, "worker-*.log"))
 	n := 0

@@ -265,6 +265,7 @@ func TestFaultRedisRestartUnderReservations(t *testing.T) {
 type settledLine struct {
 	Msg, Provider, Outcome, Admission, Job string
 	Late                                   float64 // seconds after the slot
+	Waited                                 float64 // seconds waited for the slot
 }
 
 // settled reads every worker's "job settled" lines.

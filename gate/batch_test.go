@@ -368,3 +368,66 @@ func TestBatchLinger(t *testing.T) {
 		}
 	})
 }
+
+// Every caller gives up while its reserve lingers: nothing is decided (no call, nothing spent), and the
+// provider's next reserve lingers and goes as before.
+func TestBatchLingerAllGiveUp(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		var calls atomic.Int64
+		l := newAlgoOpts(t, countCalls(t, rdb, &calls), gate.Options{Batch: 3, BatchLinger: gate.MaxBatchLinger},
+			gate.Provider{Policies: []gate.Policy{pol(100, time.Second)}})
+		mustReserve(t, l, "warm", 1, 0)
+		fire, queued := gate.LingerClock(l, prov)
+		waitQueued := func(n int) {
+			t.Helper()
+			for deadline := time.Now().Add(10 * time.Second); queued() != n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d reserves queued, want %d", queued(), n)
+				}
+			}
+		}
+
+		calls.Store(0)
+		quit, cancel := context.WithCancel(ctx)
+		gaveUp := make(chan error, 2)
+		for _, id := range []string{"q1", "q2"} {
+			go func() {
+				_, err := l.Reserve(quit, prov, id, 1, time.Second)
+				gaveUp <- err
+			}()
+		}
+		waitQueued(2)
+		cancel()
+		for range 2 {
+			if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+				t.Fatalf("a reserve whose caller gave up while it lingered: %v, want context.Canceled", err)
+			}
+		}
+		waitQueued(0)
+		fire() // the linger ends on an empty queue, and the batcher stops
+		for deadline := time.Now().Add(10 * time.Second); gate.BatchRunning(l, prov); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the batcher still runs with every reserve given up")
+			}
+		}
+		if n := calls.Load(); n != 0 {
+			t.Fatalf("%d calls for reserves whose callers all gave up, want none", n)
+		}
+
+		again := make(chan gate.Verdict, 1)
+		go func() { again <- mustReserve(t, l, "q1", 1, time.Second) }()
+		waitQueued(1)
+		fire()
+		if v := <-again; !v.Allowed || v.Duplicate {
+			t.Fatalf("the job whose caller gave up, asked again: %+v; want a new admission, not a duplicate", v)
+		}
+		st, err := l.Status(ctx, prov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Units != 2 {
+			t.Fatalf("%d units used, want 2 (warm, q1 once)", st.Units)
+		}
+	})
+}

@@ -56,3 +56,14 @@ func LingerClock(l *Limiter, providerName string) (fire func(), queued func() in
 		return len(b.queue)
 	}
 }
+
+// BatchRunning tells whether a provider's batcher has a call on its way or a linger under way.
+func BatchRunning(l *Limiter, providerName string) bool {
+	p, err := l.provider(providerName)
+	if err != nil {
+		panic(err)
+	}
+	p.batch.mu.Lock()
+	defer p.batch.mu.Unlock()
+	return p.batch.running
+}

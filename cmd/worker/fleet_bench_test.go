@@ -193,6 +193,9 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 		t.Logf("%d group generations joined during the cell (%d workers)", joins-joinsBefore, k)
 	}
 	st := s.Stats()
+	for _, o := range st.Overs {
+		t.Logf("over the limit: %d/%s, %v after the first acceptance, %s early", o.Limit, o.Per, o.At.Sub(first).Round(time.Millisecond), o.Early)
+	}
 	c := fleetCell{Broker: broker, Limits: name, K: k, Accepted: ran.Accepted, Over: st.Violations, Utilisation: utilisation(ran, windows, f.margin),
 		Measured: time.Now().UTC().Format("2006-01-02 15:04")}
 

@@ -58,9 +58,13 @@
 //	 "bad_requests":0,"throttled_injected":0,"down_refused":0,"throttled_in_flight":0,"in_flight":0,
 //	 "max_in_flight_seen":1,"early_after_429":0,
 //	 "first_accepted":"2026-11-22T08:07:10.532597564Z","last_accepted":"…",
-//	 "windows":[{"limit":3,"per":"2s","max_in_window":3}]}
+//	 "windows":[{"limit":3,"per":"2s","max_in_window":3}],
+//	 "overs":[{"at":"2026-11-22T08:07:10.61Z","limit":3,"per":"2s","early":"1.92s"},…]}
 //
 // max_in_window is the largest number of accepted requests seen in any interval of that window's length.
+//
+// overs records the first 16 violations, for a post-mortem: when each arrived, the limit it would have
+// exceeded (the one it exceeded by most), and how much later it would have fitted.
 //
 // in_flight is the number of payment requests in flight now, max_in_flight_seen the highest it has been,
 // kept with or without --max-in-flight (with it, at most N: a request refused over the cap is never in

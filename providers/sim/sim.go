@@ -169,6 +169,17 @@ type Stats struct {
 	MerchantViolations int64         `json:"merchant_violations"`
 	MerchantWindows    []WindowStats `json:"merchant_windows,omitempty"`
 	Merchants          int           `json:"merchants"` // merchants seen with an accepted request
+	// Overs are the first requests refused for exceeding a limit (up to 16 of Violations), for a
+	// post-mortem: when, which limit, and how much later the request would have fitted.
+	Overs []Over `json:"overs,omitempty"`
+}
+
+// Over is one request refused for exceeding a limit.
+type Over struct {
+	At    time.Time `json:"at"`
+	Limit int       `json:"limit"`
+	Per   string    `json:"per"`
+	Early string    `json:"early"` // how much later it would have fitted
 }
 
 // WindowStats is one window's bookkeeping.
@@ -249,6 +260,7 @@ func (p *Provider) Stats() Stats {
 	s := p.stats
 	s.Windows = append([]WindowStats(nil), p.stats.Windows...)
 	s.MerchantWindows = append([]WindowStats(nil), p.stats.MerchantWindows...)
+	s.Overs = append([]Over(nil), p.stats.Overs...)
 	s.Merchants = len(p.merchants)
 	return s
 }
@@ -296,11 +308,17 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 	}
 	p.trim(now)
 	var retry time.Duration
+	var over Window
 	for _, w := range p.o.Limits {
-		retry = max(retry, p.wait(p.accepted, now, w))
+		if d := p.wait(p.accepted, now, w); d > retry {
+			retry, over = d, w
+		}
 	}
 	if retry > 0 {
 		p.stats.Violations++
+		if len(p.stats.Overs) < 16 {
+			p.stats.Overs = append(p.stats.Overs, Over{At: now, Limit: over.Limit, Per: over.Per.String(), Early: retry.String()})
+		}
 		p.quiet(now, retry)
 		return violation, nil, retry
 	}

@@ -118,6 +118,19 @@ func TestWindowBoundaries(t *testing.T) {
 	if s.Accepted != 4 || s.Violations != 2 || s.Duplicates != 0 || s.Windows[0].MaxInWindow != 2 || s.Windows[1].MaxInWindow != 3 {
 		t.Fatalf("stats %+v", s)
 	}
+	// Each refusal is on record: when, the limit it would have exceeded, how much later it would have fitted.
+	want := []sim.Over{
+		{At: t0.Add(time.Second - time.Nanosecond), Limit: 2, Per: "1s", Early: "1ns"},
+		{At: t0.Add(2 * time.Second), Limit: 3, Per: "10s", Early: "8s"},
+	}
+	if len(s.Overs) != len(want) {
+		t.Fatalf("overs %+v, want %+v", s.Overs, want)
+	}
+	for i, o := range s.Overs {
+		if !o.At.Equal(want[i].At) || o.Limit != want[i].Limit || o.Per != want[i].Per || o.Early != want[i].Early {
+			t.Fatalf("over %d: %+v, want %+v", i, o, want[i])
+		}
+	}
 	if !s.FirstAccepted.Equal(t0) || !s.LastAccepted.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("first %v last %v", s.FirstAccepted, s.LastAccepted)
 	}

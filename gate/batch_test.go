@@ -208,16 +208,7 @@ func TestBatchedCallerGivesUp(t *testing.T) {
 	if err := <-lead; err != nil {
 		t.Fatal(err)
 	}
-	if v := mustReserve(t, l, "quitter", 1, 0); !v.Allowed || v.Duplicate {
-		t.Fatalf("the job whose caller gave up, asked again: %+v; want a new admission, not a duplicate", v)
-	}
-	st, err := l.Status(ctx, prov)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Units != 3 {
-		t.Fatalf("%d units used, want 3 (warm, lead, quitter once)", st.Units)
-	}
+	askedAgain(t, l, mustReserve(t, l, "quitter", 1, 0), 3, "warm, lead, quitter once")
 }
 
 // slowScripts holds every script call for 300ms while on is set.
@@ -314,11 +305,7 @@ func TestLeaseSetKeepsAnExpiry(t *testing.T) {
 func TestBatchLinger(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		var calls atomic.Int64
-		l := newAlgoOpts(t, countCalls(t, rdb, &calls), gate.Options{Batch: 3, BatchLinger: gate.MaxBatchLinger},
-			gate.Provider{Policies: []gate.Policy{pol(100, time.Second)}})
-		mustReserve(t, l, "warm", 1, 0) // functions loaded, the epoch written (it lingered on the real clock)
-		fire, queued := gate.LingerClock(l, prov)
+		l, calls, fire, queued := lingering(t, rdb)
 		reserve := func(id string) chan error {
 			done := make(chan error, 1)
 			go func() {
@@ -332,11 +319,7 @@ func TestBatchLinger(t *testing.T) {
 		}
 		waitQueued := func(n int) {
 			t.Helper()
-			for deadline := time.Now().Add(10 * time.Second); queued() != n; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d reserves queued, want %d", queued(), n)
-				}
-			}
+			waitFor(t, func() bool { return queued() == n }, "never %d reserves queued", n)
 		}
 
 		calls.Store(0)
@@ -374,18 +357,10 @@ func TestBatchLinger(t *testing.T) {
 func TestBatchLingerAllGiveUp(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		var calls atomic.Int64
-		l := newAlgoOpts(t, countCalls(t, rdb, &calls), gate.Options{Batch: 3, BatchLinger: gate.MaxBatchLinger},
-			gate.Provider{Policies: []gate.Policy{pol(100, time.Second)}})
-		mustReserve(t, l, "warm", 1, 0)
-		fire, queued := gate.LingerClock(l, prov)
+		l, calls, fire, queued := lingering(t, rdb)
 		waitQueued := func(n int) {
 			t.Helper()
-			for deadline := time.Now().Add(10 * time.Second); queued() != n; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d reserves queued, want %d", queued(), n)
-				}
-			}
+			waitFor(t, func() bool { return queued() == n }, "never %d reserves queued", n)
 		}
 
 		calls.Store(0)
@@ -406,11 +381,7 @@ func TestBatchLingerAllGiveUp(t *testing.T) {
 		}
 		waitQueued(0)
 		fire() // the linger ends on an empty queue, and the batcher stops
-		for deadline := time.Now().Add(10 * time.Second); gate.BatchRunning(l, prov); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the batcher still runs with every reserve given up")
-			}
-		}
+		waitFor(t, func() bool { return !gate.BatchRunning(l, prov) }, "the batcher still runs with every reserve given up")
 		if n := calls.Load(); n != 0 {
 			t.Fatalf("%d calls for reserves whose callers all gave up, want none", n)
 		}
@@ -419,15 +390,44 @@ func TestBatchLingerAllGiveUp(t *testing.T) {
 		go func() { again <- mustReserve(t, l, "q1", 1, time.Second) }()
 		waitQueued(1)
 		fire()
-		if v := <-again; !v.Allowed || v.Duplicate {
-			t.Fatalf("the job whose caller gave up, asked again: %+v; want a new admission, not a duplicate", v)
-		}
-		st, err := l.Status(ctx, prov)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Units != 2 {
-			t.Fatalf("%d units used, want 2 (warm, q1 once)", st.Units)
-		}
+		askedAgain(t, l, <-again, 2, "warm, q1 once")
 	})
+}
+
+// waitFor polls cond every millisecond for up to 10s, and fails the test with the message if it never holds.
+func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+	}
+}
+
+// askedAgain checks the verdict of a job asked again after its caller gave up on it: a new admission, not a
+// duplicate (the first ask was never decided), with units used in all.
+func askedAgain(t *testing.T, l *gate.Limiter, v gate.Verdict, units int, which string) {
+	t.Helper()
+	if !v.Allowed || v.Duplicate {
+		t.Fatalf("the job whose caller gave up, asked again: %+v; want a new admission, not a duplicate", v)
+	}
+	st, err := l.Status(context.Background(), prov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(st.Units) != units {
+		t.Fatalf("%d units used, want %d (%s)", st.Units, units, which)
+	}
+}
+
+// lingering is a gate with batches of 3 and the longest linger, on the test's clock (gate.LingerClock),
+// counting its script calls, with "warm" admitted (functions loaded, the epoch written: that first reserve
+// lingered on the real clock).
+func lingering(t *testing.T, rdb redis.UniversalClient) (l *gate.Limiter, calls *atomic.Int64, fire func(), queued func() int) {
+	calls = new(atomic.Int64)
+	l = newAlgoOpts(t, countCalls(t, rdb, calls), gate.Options{Batch: 3, BatchLinger: gate.MaxBatchLinger},
+		gate.Provider{Policies: []gate.Policy{pol(100, time.Second)}})
+	mustReserve(t, l, "warm", 1, 0)
+	fire, queued = gate.LingerClock(l, prov)
+	return l, calls, fire, queued
 }

@@ -178,8 +178,9 @@ func (f *fleet) established() {
 	}
 }
 
-// gateKeys are the Redis keys of a provider's gate state, as the fleet's workers name them (the epoch last).
-func (f *fleet) gateKeys(provider string) []string {
+// gate is a gate as the fleet's workers build it from their config as it is now (on a Redis client closed
+// when the test ends): what they name and read, the test reads alike.
+func (f *fleet) gate() *gate.Limiter {
 	f.t.Helper()
 	c, err := config.Load(f.cfg)
 	if err != nil {
@@ -189,12 +190,18 @@ func (f *fleet) gateKeys(provider string) []string {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	defer rdb.Close()
+	f.t.Cleanup(func() { _ = rdb.Close() })
 	l, err := wire.Gate(c, rdb, wire.Worker)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	keys, err := l.Keys(provider)
+	return l
+}
+
+// gateKeys are the Redis keys of a provider's gate state, as the fleet's workers name them (the epoch last).
+func (f *fleet) gateKeys(provider string) []string {
+	f.t.Helper()
+	keys, err := f.gate().Keys(provider)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers/sim"
 )
@@ -117,35 +118,11 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 		f.startWorker()
 	}
 	jobs := int(float64(optimum(run, windows, f.margin)) * 1.1)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	defer rdb.Close()
+	l := f.gate()
 	ctx := context.Background()
 	// The margin in force, sampled from before the backlog on: a margin wider than the floor admits less
 	// than the optimum (computed at the floor), so the table says how wide it was over the cell.
-	type sample struct {
-		at time.Time
-		m  time.Duration
-	}
-	var samples []sample
-	sampling, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for tick := time.NewTicker(250 * time.Millisecond); ; {
-			select {
-			case <-sampling.Done():
-				tick.Stop()
-				return
-			case at := <-tick.C:
-				m := f.margin
-				if us, err := rdb.Get(ctx, f.x+":{acme}:margin").Int64(); err == nil {
-					m = time.Duration(us) * time.Microsecond
-				}
-				samples = append(samples, sample{at, m})
-			}
-		}
-	}()
+	margins := sampleMargin(t, l, "acme")
 	joinsBefore := 0
 	if broker == "kafka" {
 		// The group settled: every worker in one generation. Counting k joins is not enough: a worker that
@@ -166,24 +143,7 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	f.waitFor("a first acceptance", time.Minute, func() bool { return s.Stats().FirstAccepted != nil })
 	first := *s.Stats().FirstAccepted
 	time.Sleep(time.Until(first.Add(run)))
-	stopSampling()
-	<-sampled
-	var marginMean time.Duration
-	var widened, in int
-	var sum time.Duration
-	for _, x := range samples {
-		if x.at.Before(first) {
-			continue
-		}
-		in++
-		sum += x.m
-		if x.m > f.margin {
-			widened++
-		}
-	}
-	if in > 0 {
-		marginMean = sum / time.Duration(in)
-	}
+	marginMean, widened, in := margins(first)
 	t.Logf("margin in force: above the floor in %d of %d samples, mean %v", widened, in, marginMean.Round(100*time.Microsecond))
 	joins := f.joined()
 	ran := s.Stats() // utilisation over the run, before the workers stop (see TestFleetExampleSettings)
@@ -199,17 +159,24 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	c := fleetCell{Broker: broker, Limits: name, K: k, Accepted: ran.Accepted, Over: st.Violations, Utilisation: utilisation(ran, windows, f.margin),
 		Measured: time.Now().UTC().Format("2006-01-02 15:04")}
 
-	keys := f.gateKeys("acme")
+	keys, err := l.Keys("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
 	// The epoch, "<began µs> <history>": the first decision, which began the warm-up.
 	if epoch := strings.Fields(rdb.Get(ctx, keys[len(keys)-1]).Val()); len(epoch) > 0 {
 		if began, err := strconv.ParseInt(epoch[0], 10, 64); err == nil {
 			c.ColdStart = first.Sub(time.UnixMicro(began))
 		}
 	}
-	c.Margin, c.MarginMean = f.margin, marginMean
-	if m, err := rdb.Get(ctx, f.x+":{acme}:margin").Int64(); err == nil {
-		c.Margin = time.Duration(m) * time.Microsecond
+	c.MarginMean = marginMean
+	ms, err := l.ReadMargin(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
 	}
+	c.Margin = ms.Margin
 	var late []float64
 	atOnce := 0
 	for _, l := range f.settled() {
@@ -231,6 +198,56 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	// handler had asked for the slots between (each such gap is budget unused).
 	t.Logf("%d of %d jobs sent on a reserved slot got it at once (waited < 1ms)", atOnce, len(late))
 	return c
+}
+
+// sampleMargin reads the provider's margin in force every 250 ms until the returned function is called,
+// which stops it and returns, over the samples from since on, the mean, how many were above the floor, and
+// how many there were.
+func sampleMargin(t *testing.T, l *gate.Limiter, provider string) func(since time.Time) (mean time.Duration, widened, n int) {
+	type sample struct {
+		at time.Time
+		m  time.Duration
+	}
+	var samples []sample
+	var floor time.Duration
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case at := <-tick.C:
+				if ms, err := l.ReadMargin(ctx, provider); err == nil {
+					samples, floor = append(samples, sample{at, ms.Margin}), ms.Floor
+				}
+			}
+		}
+	}()
+	return func(since time.Time) (time.Duration, int, int) {
+		stop()
+		<-done
+		var sum time.Duration
+		var widened, n int
+		for _, x := range samples {
+			if x.at.Before(since) {
+				continue
+			}
+			n++
+			sum += x.m
+			if x.m > floor {
+				widened++
+			}
+		}
+		if n == 0 {
+			return 0, 0, 0
+		}
+		return sum / time.Duration(n), widened, n
+	}
 }
 
 var fleetSection = regexp.MustCompile(`(?s)<!-- fleet:begin -->.*<!-- fleet:end -->\n?`)

@@ -60,35 +60,40 @@ func newKafkaFleet(t *testing.T, ps ...simProvider) (*fleet, string) {
 // by one, each join a new generation.
 func (f *fleet) inGroup() bool {
 	latest := map[int64]int{}
-	for i := range f.workers {
-		b, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("worker-%d.log", i)))
-		gen := int64(-1)
-		for line := range strings.SplitSeq(string(b), "\n") {
-			var l struct {
-				Msg        string
-				Generation int64
-			}
-			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "kafka group generation joined" {
-				gen = l.Generation
-			}
-		}
-		if gen < 0 {
+	for _, gens := range f.generations() {
+		if len(gens) == 0 {
 			return false
 		}
-		latest[gen]++
+		latest[gens[len(gens)-1]]++
 	}
 	return len(latest) == 1
 }
 
 // joined counts the consumer-group generations the workers have logged.
 func (f *fleet) joined() int {
-	logs, _ := filepath.Glob(filepath.Join(f.dir, "worker-*.log"))
 	n := 0
-	for _, l := range logs {
-		b, _ := os.ReadFile(l)
-		n += strings.Count(string(b), "kafka group generation joined")
+	for _, gens := range f.generations() {
+		n += len(gens)
 	}
 	return n
+}
+
+// generations are, for each worker started, the consumer-group generations it has logged joining, in order.
+func (f *fleet) generations() [][]int64 {
+	out := make([][]int64, len(f.workers))
+	for i := range f.workers {
+		b, _ := os.ReadFile(filepath.Join(f.dir, fmt.Sprintf("worker-%d.log", i)))
+		for line := range strings.SplitSeq(string(b), "\n") {
+			var l struct {
+				Msg        string
+				Generation int64
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "kafka group generation joined" {
+				out[i] = append(out[i], l.Generation)
+			}
+		}
+	}
+	return out
 }
 
 // readTopic reads every record of a topic from the start (kfake or a real cluster).

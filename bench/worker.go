@@ -28,8 +28,8 @@ type workerRun struct {
 	l       *gate.Limiter
 	core    consumers.Config
 	counted *callCounter
-	scripts *atomic.Int64 // the gate's script calls on Redis (nil: not counted)
-	own     *redis.Client // the run's own Redis client, when it has one (fastWorkerCore)
+	own     *redis.Client // the run's own Redis client, when it has one (fastWorkerCore): it counts scripts
+	scripts atomic.Int64  // the gate's script calls on own
 	ready   sync.Map      // job id -> chan struct{}, closed when the core dispatches it
 }
 
@@ -54,8 +54,8 @@ func fastWorkerCore(linger time.Duration) func(redis.UniversalClient, string, []
 			return nil, fmt.Errorf("bench: the worker core runs on a single Redis, got %T", rdb)
 		}
 		own := redis.NewClient(single.Options())
-		r := &workerRun{core: wire.Core(c), scripts: &atomic.Int64{}, own: own}
-		own.AddHook(scriptCalls{r.scripts})
+		r := &workerRun{core: wire.Core(c), own: own}
+		own.AddHook(scriptCalls{&r.scripts})
 		l, err := wire.Gate(c, own, wire.Worker)
 		r.l, r.counted = l, &callCounter{Gate: l}
 		return r, err
@@ -70,12 +70,7 @@ func (r *workerRun) close() {
 }
 
 // scriptCallsMade is the run's gate script calls so far, when they are counted (accuracyOne's calls per job).
-func (r *workerRun) scriptCallsMade() (int64, bool) {
-	if r.scripts == nil {
-		return 0, false
-	}
-	return r.scripts.Load(), true
-}
+func (r *workerRun) scriptCallsMade() (int64, bool) { return r.scripts.Load(), r.own != nil }
 
 // workerConfig is config's defaults with the provider p at these limits (paced, burst 1), and no
 // warm-up: each contender starts on an empty state, and the accuracy runs measure the steady state.

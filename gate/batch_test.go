@@ -305,7 +305,7 @@ func TestLeaseSetKeepsAnExpiry(t *testing.T) {
 func TestBatchLinger(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		l, calls, fire, queued := lingering(t, rdb)
+		l, calls, fire, waitQueued := lingering(t, rdb)
 		reserve := func(id string) chan error {
 			done := make(chan error, 1)
 			go func() {
@@ -316,10 +316,6 @@ func TestBatchLinger(t *testing.T) {
 				done <- err
 			}()
 			return done
-		}
-		waitQueued := func(n int) {
-			t.Helper()
-			waitFor(t, func() bool { return queued() == n }, "never %d reserves queued", n)
 		}
 
 		calls.Store(0)
@@ -357,11 +353,7 @@ func TestBatchLinger(t *testing.T) {
 func TestBatchLingerAllGiveUp(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		l, calls, fire, queued := lingering(t, rdb)
-		waitQueued := func(n int) {
-			t.Helper()
-			waitFor(t, func() bool { return queued() == n }, "never %d reserves queued", n)
-		}
+		l, calls, fire, waitQueued := lingering(t, rdb)
 
 		calls.Store(0)
 		quit, cancel := context.WithCancel(ctx)
@@ -381,7 +373,7 @@ func TestBatchLingerAllGiveUp(t *testing.T) {
 		}
 		waitQueued(0)
 		fire() // the linger ends on an empty queue, and the batcher stops
-		waitFor(t, func() bool { return !gate.BatchRunning(l, prov) }, "the batcher still runs with every reserve given up")
+		waitUntil(t, "the batcher to stop, every reserve given up", func() bool { return !gate.BatchRunning(l, prov) })
 		if n := calls.Load(); n != 0 {
 			t.Fatalf("%d calls for reserves whose callers all gave up, want none", n)
 		}
@@ -392,16 +384,6 @@ func TestBatchLingerAllGiveUp(t *testing.T) {
 		fire()
 		askedAgain(t, l, <-again, 2, "warm, q1 once")
 	})
-}
-
-// waitFor polls cond every millisecond for up to 10s, and fails the test with the message if it never holds.
-func waitFor(t *testing.T, cond func() bool, format string, args ...any) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf(format, args...)
-		}
-	}
 }
 
 // askedAgain checks the verdict of a job asked again after its caller gave up on it: a new admission, not a
@@ -420,14 +402,17 @@ func askedAgain(t *testing.T, l *gate.Limiter, v gate.Verdict, units int, which 
 	}
 }
 
-// lingering is a gate with batches of 3 and the longest linger, on the test's clock (gate.LingerClock),
-// counting its script calls, with "warm" admitted (functions loaded, the epoch written: that first reserve
-// lingered on the real clock).
-func lingering(t *testing.T, rdb redis.UniversalClient) (l *gate.Limiter, calls *atomic.Int64, fire func(), queued func() int) {
+// lingering is a gate with batches of 3 and the longest linger, on the test's clock (gate.LingerClock:
+// fire ends a linger, waitQueued waits for n reserves queued), counting its script calls, with "warm"
+// admitted (functions loaded, the epoch written: that first reserve lingered on the real clock).
+func lingering(t *testing.T, rdb redis.UniversalClient) (l *gate.Limiter, calls *atomic.Int64, fire func(), waitQueued func(n int)) {
 	calls = new(atomic.Int64)
 	l = newAlgoOpts(t, countCalls(t, rdb, calls), gate.Options{Batch: 3, BatchLinger: gate.MaxBatchLinger},
 		gate.Provider{Policies: []gate.Policy{pol(100, time.Second)}})
 	mustReserve(t, l, "warm", 1, 0)
-	fire, queued = gate.LingerClock(l, prov)
-	return l, calls, fire, queued
+	fire, queued := gate.LingerClock(l, prov)
+	return l, calls, fire, func(n int) {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("%d reserves queued", n), func() bool { return queued() == n })
+	}
 }

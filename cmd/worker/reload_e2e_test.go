@@ -78,6 +78,8 @@ func TestReloadUnderLoad(t *testing.T) {
 	t.Logf("acme: %d accepted (%d at 10/1s), %d violations; beta: %d accepted", st.Accepted, st.Accepted-at10.Accepted, st.Violations, betaSim.Stats().Accepted)
 	if st.Violations != 0 || betaSim.Stats().Violations != 0 {
 		f.dumpLogs()
+		// When each arrived against the reload and the referee's switch to 10/1s, and how early.
+		t.Logf("reload logged, referee at 10/1s from %v; acme's overs %+v, beta's %+v", at10.LastAccepted, st.Overs, betaSim.Stats().Overs)
 		t.Fatalf("violations: acme %d, beta %d", st.Violations, betaSim.Stats().Violations)
 	}
 	if f.logged(0, "providers.acme.limits") == 0 {

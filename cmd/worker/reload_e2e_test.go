@@ -79,7 +79,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	if st.Violations != 0 || betaSim.Stats().Violations != 0 {
 		f.dumpLogs()
 		// When each arrived against the reload and the referee's switch to 10/1s, and how early.
-		t.Logf("reload logged, referee at 10/1s from %v; acme's overs %+v, beta's %+v", at10.LastAccepted, st.Overs, betaSim.Stats().Overs)
+		t.Logf("last acceptance before the referee held acme to 10/1s: %v; acme's overs %+v, beta's %+v", at10.LastAccepted, st.Overs, betaSim.Stats().Overs)
 		t.Fatalf("violations: acme %d, beta %d", st.Violations, betaSim.Stats().Violations)
 	}
 	if f.logged(0, "providers.acme.limits") == 0 {

@@ -129,7 +129,6 @@ func (f *fleet) cutConnections() int {
 func faultFleet(t *testing.T, rp *redisProc, p simProvider, jobs int, env ...string) *fleet {
 	t.Helper()
 	f := newFleet(t, p)
-	f.margin = 20 * time.Millisecond // the acceptance test's margin on this machine (docs/gate.md, "The jitter margin and what it costs")
 	if rp != nil {
 		f.env2 = append(f.env2, "PAYGATE_REDIS_ADDRS="+rp.addr())
 	}

@@ -107,6 +107,17 @@ func (f *fleet) metrics(i int) string {
 	return string(body)
 }
 
+// decisions reads the count of one gate decision for a provider from a worker's /metrics text (0 when
+// the worker has counted none).
+func decisions(metrics, provider, decision string) float64 {
+	re := regexp.MustCompile(`paygate_gate_decisions_total\{decision="` + regexp.QuoteMeta(decision) + `",provider="` + regexp.QuoteMeta(provider) + `"\} (\S+)`)
+	if m := re.FindStringSubmatch(metrics); m != nil {
+		n, _ := strconv.ParseFloat(m[1], 64)
+		return n
+	}
+	return 0
+}
+
 // Shadow mode (issue 18): a worker in front of a provider at 10/1s with a backlog of 60 holds nothing back:
 // every job goes within a few seconds (the provider refuses what is over its limit, as it did before
 // paygate), and the gate's counts say what enforce mode would have done (would_delay, would_deny).
@@ -124,14 +135,7 @@ func TestShadowMode(t *testing.T) {
 	m := f.metrics(0)
 	f.waitFor("every job charged", time.Minute, func() bool { return s.Stats().Accepted >= 60 })
 	f.stopAll()
-	count := func(decision string) float64 {
-		re := regexp.MustCompile(`paygate_gate_decisions_total\{decision="` + decision + `",provider="acme"\} (\S+)`)
-		if mm := re.FindStringSubmatch(m); mm != nil {
-			n, _ := strconv.ParseFloat(mm[1], 64)
-			return n
-		}
-		return 0
-	}
+	count := func(decision string) float64 { return decisions(m, "acme", decision) }
 	t.Logf("first requests: %d (%d refused over the limit, %d accepted); decisions: allowed %.0f, would_delay %.0f, would_deny %.0f",
 		first.Requests, first.Violations, first.Accepted, count("allowed"), count("would_delay"), count("would_deny"))
 	if first.Violations == 0 {

@@ -188,6 +188,17 @@ func (f *fleet) established() {
 // when the test ends): what they name and read, the test reads alike.
 func (f *fleet) gate() *gate.Limiter {
 	f.t.Helper()
+	c, rdb := f.redis()
+	l, err := wire.Gate(c, rdb, wire.Worker)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return l
+}
+
+// redis is the fleet's configuration as it is now and a client of its Redis, closed when the test ends.
+func (f *fleet) redis() (*config.Config, redis.UniversalClient) {
+	f.t.Helper()
 	c, err := config.Load(f.cfg)
 	if err != nil {
 		f.t.Fatal(err)
@@ -197,11 +208,57 @@ func (f *fleet) gate() *gate.Limiter {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { _ = rdb.Close() })
-	l, err := wire.Gate(c, rdb, wire.Worker)
-	if err != nil {
-		f.t.Fatal(err)
+	return c, rdb
+}
+
+// watchSlots reads the provider's gate id record (every admitted job's slot, on the Redis clock: this
+// machine's) every 200ms, which keeps an entry for at least its window. The function it returns stops it
+// and gives how long after its slot each request the provider accepted reached it (provider-sim's GET
+// /accepted), sorted. That is what the margin absorbs: a request more than the margin later than its
+// window's partner a window on, and the provider counts one too many (docs/gate.md, "The jitter margin").
+// A job that gave its slot back and asked again counts at the slot it went on.
+func (f *fleet) watchSlots(provider string) (afterSlot func() []time.Duration) {
+	f.t.Helper()
+	_, rdb := f.redis()
+	key := f.gateKeys(provider)[0]
+	slots := map[string]time.Time{}
+	ctx, stop := context.WithCancel(context.Background())
+	f.t.Cleanup(stop)
+	done := make(chan struct{})
+	read := func() {
+		zs, _ := rdb.ZRangeWithScores(context.Background(), key, 0, -1).Result()
+		for _, z := range zs {
+			slots[fmt.Sprint(z.Member)] = time.UnixMicro(int64(z.Score))
+		}
 	}
-	return l
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				read()
+			}
+		}
+	}()
+	return func() []time.Duration {
+		stop()
+		<-done
+		read()
+		var at map[string]time.Time
+		f.sims[provider].get("/accepted", &at)
+		var d []time.Duration
+		for k, a := range at {
+			if s, ok := slots[k]; ok {
+				d = append(d, a.Sub(s))
+			}
+		}
+		slices.Sort(d)
+		return d
+	}
 }
 
 // gateKeys are the Redis keys of a provider's gate state, as the fleet's workers name them (the epoch last).

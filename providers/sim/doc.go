@@ -78,6 +78,12 @@
 //
 // GET /keys lists the idempotency keys accepted (charged), each once: the tests' ledger reads it.
 //
+// # GET /accepted
+//
+// GET /accepted gives when each accepted key arrived, on the simulator's clock, as a JSON object
+// ({"job-1":"2026-11-25T02:50:01.020312Z",…}): set beside the gate's slots, it says how long after its
+// slot each request reached the provider (the fleet benchmark's "arrival after slot").
+//
 // # POST /faults
 //
 // POST /faults replaces the injected faults while it runs (the fault suite uses it); unknown keys are a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -132,6 +133,7 @@ type Provider struct {
 	merchants       map[string][]time.Time
 	merchantLongest time.Duration
 	keys            map[string][]byte
+	acceptedAt      map[string]time.Time // when each key was accepted
 	stats           Stats
 	// Runtime faults (POST /faults) and the quiet period the provider's 429s asked for.
 	throttleUntil, downUntil time.Time
@@ -226,7 +228,7 @@ func New(o Options) (*Provider, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string][]byte{}, merchants: map[string][]time.Time{}}
+	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string][]byte{}, acceptedAt: map[string]time.Time{}, merchants: map[string][]time.Time{}}
 	for _, w := range o.Limits {
 		p.longest = max(p.longest, w.Per)
 		p.stats.Windows = append(p.stats.Windows, WindowStats{Limit: w.Limit, Per: w.Per.String()})
@@ -251,6 +253,14 @@ func (p *Provider) AcceptedKeys() []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// AcceptedAt returns when each accepted (charged) idempotency key arrived, on the simulator's clock: for
+// setting beside when the gate meant it to go.
+func (p *Provider) AcceptedAt() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.acceptedAt)
 }
 
 // Stats returns a copy of the counters.
@@ -352,6 +362,7 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 	}
 	resp, _ := json.Marshal(map[string]any{"status": "accepted", "idempotency_key": key, "accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
 	p.keys[key] = resp
+	p.acceptedAt[key] = now
 	return accept, resp, 0
 }
 
@@ -526,6 +537,15 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(p.AcceptedKeys())
+		return
+	}
+	if r.URL.Path == "/accepted" { // when each accepted key arrived
+		if r.Method != http.MethodGet {
+			http.Error(w, "GET /accepted", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p.AcceptedAt())
 		return
 	}
 	if r.URL.Path == "/faults" {

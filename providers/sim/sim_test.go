@@ -87,6 +87,28 @@ func TestOnAccept(t *testing.T) {
 	}
 }
 
+// GET /accepted: when each charged key arrived, once (a replay does not move it); refusals are not there.
+func TestAcceptedAt(t *testing.T) {
+	p, c := newSim(t, sim.Options{Limits: []sim.Window{{Limit: 2, Per: time.Second}}})
+	t0 := c.Now()
+	post(t, p, "a")
+	c.Advance(10 * time.Millisecond)
+	post(t, p, "b")
+	post(t, p, "c") // over the limit
+	c.Advance(time.Second)
+	post(t, p, "a") // a replay
+	w := httptest.NewRecorder()
+	p.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/accepted", nil))
+	var got map[string]time.Time
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Code != 200 {
+		t.Fatalf("GET /accepted: %d %s: %v", w.Code, w.Body, err)
+	}
+	want := map[string]time.Time{"a": t0, "b": t0.Add(10 * time.Millisecond)}
+	if len(got) != len(want) || !got["a"].Equal(want["a"]) || !got["b"].Equal(want["b"]) {
+		t.Fatalf("accepted at %v, want %v", got, want)
+	}
+}
+
 // The window is (t-per, t], to the nanosecond, on the simulator's own clock; Retry-After is whole seconds,
 // rounded up, and enough.
 func TestWindowBoundaries(t *testing.T) {

@@ -748,6 +748,7 @@ func TestFleetExampleSettings(t *testing.T) {
 	}
 	const run = 20 * time.Second
 	const jobs = 1200 // 50/s x 20s = 1000, and a backlog left at the end
+	afterSlot := f.watchSlots("acme")
 	enqueued := time.Now()
 	f.enqueue("acme", jobs, "x")
 	s := f.sims["acme"]
@@ -763,6 +764,7 @@ func TestFleetExampleSettings(t *testing.T) {
 	st := s.Stats()
 	t.Logf("first acceptance %v after the enqueue began; accepted %d in %v, utilisation %.3f, duplicates %d",
 		first.Sub(enqueued).Round(time.Millisecond), ran.Accepted, ran.LastAccepted.Sub(first).Round(time.Millisecond), u, st.Duplicates)
+	logAfterSlot(t, afterSlot(), f.margin)
 	keys := f.gateKeys("acme")
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -185,12 +186,8 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	}
 	c.MarginMean = marginMean
 	if after := afterSlot(); len(after) > 0 {
-		c.AfterP99, c.AfterMax = after[(len(after)*99+99)/100-1], after[len(after)-1]
-		over := func(d time.Duration) int {
-			return len(after) - sort.Search(len(after), func(i int) bool { return after[i] > d })
-		}
-		t.Logf("arrival after the slot, %d requests: p50 %v, p99 %v, p99.9 %v, max %v; %d more than the floor/2 (%v) after, %d more than the floor",
-			len(after), after[len(after)/2], c.AfterP99, after[(len(after)*999+999)/1000-1], c.AfterMax, over(f.margin/2), f.margin/2, over(f.margin))
+		c.AfterP99, c.AfterMax = quantile(after, 0.99), after[len(after)-1]
+		logAfterSlot(t, after, f.margin)
 	}
 	ms, err := l.ReadMargin(ctx, "acme")
 	if err != nil {
@@ -218,6 +215,24 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	// handler had asked for the slots between (each such gap is budget unused).
 	t.Logf("%d of %d jobs sent on a reserved slot got it at once (waited < 1ms)", atOnce, len(lates))
 	return c
+}
+
+// quantile is the q-quantile of sorted durations (the smallest with at least q of them at or below it).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	return sorted[max(int(math.Ceil(q*float64(len(sorted))))-1, 0)]
+}
+
+// logAfterSlot logs how long after their slots requests reached the provider (sorted, from watchSlots),
+// beside the margin floor and half of it (the workers' lateness guard).
+func logAfterSlot(t *testing.T, after []time.Duration, floor time.Duration) {
+	if len(after) == 0 {
+		return
+	}
+	over := func(d time.Duration) int {
+		return len(after) - sort.Search(len(after), func(i int) bool { return after[i] > d })
+	}
+	t.Logf("arrival after the slot, %d requests: p50 %v, p99 %v, p99.9 %v, max %v; %d more than half the margin floor (%v) after, %d more than the floor",
+		len(after), quantile(after, 0.5), quantile(after, 0.99), quantile(after, 0.999), after[len(after)-1], over(floor/2), floor/2, over(floor))
 }
 
 // sampleMargin reads the provider's margin in force every 250 ms until the returned function is called,

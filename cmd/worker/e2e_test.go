@@ -211,6 +211,29 @@ func (f *fleet) redis() (*config.Config, redis.UniversalClient) {
 	return c, rdb
 }
 
+// every calls fn on a goroutine of its own each period (with the tick's time) until the function it
+// returns is called, which returns once fn no longer runs; the test's end stops it too.
+func every(t *testing.T, period time.Duration, fn func(ctx context.Context, at time.Time)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case at := <-tick.C:
+				fn(ctx, at)
+			}
+		}
+	}()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}
+
 // watchSlots reads the provider's gate id record (every admitted job's slot, on the Redis clock: this
 // machine's) every 200ms, which keeps an entry for at least its window. The function it returns stops it
 // and gives how long after its slot each request the provider accepted reached it (provider-sim's GET
@@ -222,32 +245,16 @@ func (f *fleet) watchSlots(provider string) (afterSlot func() []time.Duration) {
 	_, rdb := f.redis()
 	key := f.gateKeys(provider)[0]
 	slots := map[string]time.Time{}
-	ctx, stop := context.WithCancel(context.Background())
-	f.t.Cleanup(stop)
-	done := make(chan struct{})
-	read := func() {
-		zs, _ := rdb.ZRangeWithScores(context.Background(), key, 0, -1).Result()
+	read := func(ctx context.Context, _ time.Time) {
+		zs, _ := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
 		for _, z := range zs {
 			slots[fmt.Sprint(z.Member)] = time.UnixMicro(int64(z.Score))
 		}
 	}
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				read()
-			}
-		}
-	}()
+	stop := every(f.t, 200*time.Millisecond, read)
 	return func() []time.Duration {
 		stop()
-		<-done
-		read()
+		read(context.Background(), time.Now())
 		var at map[string]time.Time
 		f.sims[provider].get("/accepted", &at)
 		var d []time.Duration

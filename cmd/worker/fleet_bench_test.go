@@ -245,27 +245,13 @@ func sampleMargin(t *testing.T, l *gate.Limiter, provider string) func(since tim
 	}
 	var samples []sample
 	var floor time.Duration
-	ctx, stop := context.WithCancel(context.Background())
-	t.Cleanup(stop)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case at := <-tick.C:
-				if ms, err := l.ReadMargin(ctx, provider); err == nil {
-					samples, floor = append(samples, sample{at, ms.Margin}), ms.Floor
-				}
-			}
+	stop := every(t, 250*time.Millisecond, func(ctx context.Context, at time.Time) {
+		if ms, err := l.ReadMargin(ctx, provider); err == nil {
+			samples, floor = append(samples, sample{at, ms.Margin}), ms.Floor
 		}
-	}()
+	})
 	return func(since time.Time) (time.Duration, int, int) {
 		stop()
-		<-done
 		var sum time.Duration
 		var widened, n int
 		for _, x := range samples {

@@ -530,22 +530,17 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if r.URL.Path == "/keys" { // the idempotency keys accepted (charged), for ledgers
+	if r.URL.Path == "/keys" || r.URL.Path == "/accepted" {
 		if r.Method != http.MethodGet {
-			http.Error(w, "GET /keys", http.StatusMethodNotAllowed)
+			http.Error(w, "GET "+r.URL.Path, http.StatusMethodNotAllowed)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(p.AcceptedKeys())
-		return
-	}
-	if r.URL.Path == "/accepted" { // when each accepted key arrived
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET /accepted", http.StatusMethodNotAllowed)
-			return
+		var v any = p.AcceptedKeys() // the idempotency keys accepted (charged), for ledgers
+		if r.URL.Path == "/accepted" {
+			v = p.AcceptedAt() // when each arrived
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(p.AcceptedAt())
+		_ = json.NewEncoder(w).Encode(v)
 		return
 	}
 	if r.URL.Path == "/faults" {

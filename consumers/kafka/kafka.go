@@ -284,7 +284,7 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers: b.o.Brokers, Topic: topic, Partition: pa.ID, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 100 * time.Millisecond,
+		Brokers: b.o.Brokers, Topic: topic, Partition: pa.ID, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 500 * time.Millisecond,
 	})
 	defer r.Close()
 	offset := pa.Offset

@@ -153,7 +153,7 @@
 -- global: a library being loaded has only `redis`); every per-call value is one of the locals below, and
 -- begin(), begin_job() and start() (or the algorithm's algo.init()) set every one of them at the start of
 -- each call: nothing a call sees is left from an earlier one. Lua 5.1 allows a
--- function 60 upvalues; the most any function here uses is reserve()'s 43 (counted by luac5.1 -l -l): a
+-- function 60 upvalues; the most any function here uses is reserve()'s 42 (counted by luac5.1 -l -l): a
 -- new per-call value with no room left goes into a table (as C) rather than a local of its own.
 -- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals below
 -- that take their names; a function has no such globals and never calls it).
@@ -168,17 +168,19 @@ local upto
 -- merchant_counted: the job being released or moved was counted by the merchant's counters in this call's
 -- keys (its marker is in the id record; see merchant_marker): only then do its units go back there.
 local merchant_counted
-local now, writes, nwrites, seen_for
+local now, nwrites, seen_for
 local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
 local reset_memo -- reset_after's
--- C: what a reserve call's jobs share beyond the above (start sets it): scores[id] = id's slot in the
+-- C: what a reserve call's jobs share beyond the above (start resets it): scores[id] = id's slot in the
 -- record as the call began (false: not there; read for a batch's ids at once, which are distinct),
--- ttl[key] = the expiry finish keeps key at least (ms), rec = the record's new members (score, member,
--- ...), admitted, last = the latest slot admitted, pause_until, tat = the pace's arrival time,
+-- ttl[key] = the expiry finish keeps key at least (ms), rec[1..nrec] = the record's new members (score,
+-- member, ...), admitted, last = the latest slot admitted, pause_until, tat = the pace's arrival time,
 -- first_lease = the earliest lapse of a lease taken, renew_flight: the in-flight set may be emptied by the
--- call's removal of lapsed leases (its expiry then goes with it, and finish sets it anew)
-local C
+-- call's removal of lapsed leases (its expiry then goes with it, and finish sets it anew). One table lives
+-- on between a function's calls (making it anew on every call was measurable): start sets every field,
+-- and makes scores and ttl anew only when the call before used them.
+local C = {scores = {}, ttl = {}, rec = {}, nrec = 0}
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
 local function whole(v) return v and v >= 0 and v % 1 == 0 end
@@ -261,6 +263,49 @@ local function begin_job(job_id, cost_arg, arg4_arg, force_arg, merchant_arg)
   return nil
 end
 
+-- The queue of writes (see the header): the commands' arguments one after another in wq (wq[1..wtop]),
+-- write k's from wq[ws[k]] (a table per write was measurable). inject_at is for tests only: gate's
+-- TestFailedDecisionWritesNothing rewrites this line to raise an error at the n-th write queued, and
+-- checks that nothing was written.
+local inject_at = 0
+local wq, ws, wtop = {}, {}, 0
+local function start_writes()
+  nwrites, wtop = 0, 0
+  if #ws > 1024 then wq, ws = {}, {} end -- a big batch's: not kept for ever
+end
+-- open_write queues a write of cmd key, whose further arguments the caller appends: wq[wtop + 1], ...,
+-- moving wtop past them.
+local function open_write(cmd, key)
+  nwrites = nwrites + 1
+  if nwrites == inject_at then error('paygate: injected failure at write ' .. inject_at) end
+  local t = wtop
+  ws[nwrites], wq[t + 1], wq[t + 2], wtop = t + 1, cmd, key, t + 2
+end
+-- write queues cmd key, then up to 4 arguments (none nil but the unused last ones).
+local function write(cmd, key, a, b, c, d)
+  open_write(cmd, key)
+  if a == nil then return end
+  local t = wtop + 1
+  wq[t] = a
+  if b ~= nil then
+    t = t + 1
+    wq[t] = b
+    if c ~= nil then
+      t = t + 1
+      wq[t] = c
+      if d ~= nil then
+        t = t + 1
+        wq[t] = d
+      end
+    end
+  end
+  wtop = t
+end
+-- drop_writes drops the writes queued after the first k.
+local function drop_writes(k)
+  if nwrites > k then nwrites, wtop = k, ws[k + 1] - 1 end
+end
+
 local function start()
   -- The live limits: decided under limits that are no longer in force, the call is refused (see S[9]).
   local version = redis.call('HGET', live, 'version') or '0'
@@ -268,40 +313,40 @@ local function start()
 
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  writes, nwrites = {}, 0
+  start_writes()
   -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
   seen_for = math.max(dedup, 60000000)
   newest_read, newest_value, kept, standing, reset_memo = false, nil, 0, 0, nil
-  C = {scores = {}, ttl = {}, rec = {}, admitted = false, last = 0, pause_until = 0, tat = 0, first_lease = nil,
-    renew_flight = false}
+  if next(C.scores) ~= nil then C.scores = {} end
+  if next(C.ttl) ~= nil then C.ttl = {} end
+  if C.nrec > 4096 then C.rec = {} end -- a big batch's: not kept for ever
+  C.nrec, C.admitted, C.last, C.pause_until, C.tat, C.first_lease, C.renew_flight = 0, false, 0, 0, 0, nil, false
   return nil
 end
 
--- The queue of writes (see the header). inject_at is for tests only: gate's TestFailedDecisionWritesNothing
--- rewrites this line to raise an error at the n-th write queued, and checks that nothing was written.
-local inject_at = 0
-local function write(...)
-  nwrites = nwrites + 1
-  if nwrites == inject_at then error('paygate: injected failure at write ' .. inject_at) end
-  writes[nwrites] = {...}
-end
 -- write_members queues cmd key <prefix...> then members (and for ZADD a score before each), split into
 -- calls of at most 1000 members.
 local function write_members(cmd, key, members, score)
-  if #members == 1 then -- the common case: a job of cost 1
+  local n = #members
+  if n == 1 then -- the common case: a job of cost 1
     if score then return write(cmd, key, score, members[1]) end
     return write(cmd, key, members[1])
   end
-  local args = {}
-  for _, m in ipairs(members) do
-    if score then args[#args + 1] = score end
-    args[#args + 1] = m
-    if #args >= 2000 then write(cmd, key, unpack(args)); args = {} end
+  local step = 2000
+  if score then step = 1000 end
+  for j = 1, n, step do
+    open_write(cmd, key)
+    local t = wtop
+    for k = j, math.min(j + step - 1, n) do
+      if score then wq[t + 1], t = score, t + 1 end
+      wq[t + 1], t = members[k], t + 1
+    end
+    wtop = t
   end
-  if #args > 0 then write(cmd, key, unpack(args)) end
 end
 local function flush()
-  for k = 1, nwrites do redis.call(unpack(writes[k])) end
+  ws[nwrites + 1] = wtop + 1
+  for k = 1, nwrites do redis.call(unpack(wq, ws[k], ws[k + 1] - 1)) end
   return true
 end
 
@@ -324,7 +369,12 @@ local function current_history()
   end
   return history
 end
-local function num(x) return string.format('%.17g', x) end
+-- num formats a number exactly, as %.17g does: a whole one below 1e17 (but -0) as int does, which prints
+-- the same digits at a third of the cost; others with 17 significant digits.
+local function num(x)
+  if x % 1 == 0 and x > -1e17 and x < 1e17 and (x ~= 0 or 1 / x > 0) then return string.format('%d', x) end
+  return string.format('%.17g', x)
+end
 
 -- hash_pairs turns an HGETALL reply into a table.
 local function hash_pairs(reply)
@@ -385,44 +435,75 @@ end
 -- numbers before it), so that a release or move of that admission restores exactly what it changed. An
 -- older admission cannot be undone soundly: later ones were decided on top of it. A call has one such
 -- state, U: its functions are made once, undoable() sets its fields for the call. names is a table kept in
--- the settings' table (conf): the field names are built once per settings and read with one HMGET.
+-- the settings' table (conf): the field names are built once per settings and read with one HMGET. U.v
+-- and U.u hold nothing but names' numbers: the two tables a call starts with live on between a function's
+-- calls (undoable empties them), and begin copies into U.u in place (making them anew was measurable).
 local U = {}
-local function copy(t2)
-  local c = {}
-  for k, x in pairs(t2) do c[k] = x end
-  return c
+local vbuf, ubuf = {}, {}
+-- copy_into sets to[name] = from[name] for every name, and returns to.
+local function copy_into(to, from)
+  local names = U.names
+  for j = 1, #names do
+    local name = names[j]
+    to[name] = from[name]
+  end
+  return to
 end
 function U.load()
   local got = redis.call('HMGET', U.key, unpack(U.names.fields))
   U.last, U.last_slot = got[1] or '', tonumber(got[2] or 0)
-  for j, name in ipairs(U.names) do
-    U.v[name], U.u[name] = tonumber(got[1 + 2 * j] or nil), tonumber(got[2 + 2 * j] or nil)
+  local names, v, u = U.names, U.v, U.u
+  for j = 1, #names do
+    local name = names[j]
+    v[name], u[name] = tonumber(got[1 + 2 * j] or nil), tonumber(got[2 + 2 * j] or nil)
   end
 end
 -- begin records the numbers as they are before an admission at slot.
 function U.begin(slot)
-  U.u, U.last, U.last_slot, U.dirty = copy(U.v), id, slot, true
+  copy_into(U.u, U.v)
+  U.last, U.last_slot, U.dirty = id, slot, true
 end
 function U.give_back(slot)
   if U.last ~= id or U.last_slot ~= slot then return nil end
   local token = {v = U.v, u = U.u, last = U.last, last_slot = U.last_slot}
-  U.v, U.u, U.last, U.last_slot, U.dirty = copy(U.u), {}, '', 0, true
+  U.v, U.u, U.last, U.last_slot, U.dirty = copy_into({}, U.u), {}, '', 0, true
   return token
 end
 function U.take_back(token)
   if token then U.v, U.u, U.last, U.last_slot = token.v, token.u, token.last, token.last_slot end
 end
 -- save writes every field (last = '' means no undo; u:* are then ignored), and deletes the numbers that
--- are no more: undoing the first admission after an idle spell restores "no state", a full bucket.
+-- are no more: undoing the first admission after an idle spell restores "no state", a full bucket. Both
+-- are built in the write queue itself.
 function U.save(ttl_ms)
   if not U.dirty then return end
-  local names, args, gone = U.names, {'last', U.last, 'last_slot', int(U.last_slot)}, {}
-  for j, name in ipairs(names) do
-    if U.v[name] then args[#args + 1], args[#args + 2] = names.vf[j], num(U.v[name]) else gone[#gone + 1] = names.vf[j] end
-    if U.u[name] then args[#args + 1], args[#args + 2] = names.uf[j], num(U.u[name]) else gone[#gone + 1] = names.uf[j] end
+  local names, v, u = U.names, U.v, U.u
+  local vf, uf, n = names.vf, names.uf, #names
+  local gone = false
+  for j = 1, n do
+    local name = names[j]
+    if not v[name] or not u[name] then gone = true end
   end
-  if #gone > 0 then write('HDEL', U.key, unpack(gone)) end
-  write('HSET', U.key, unpack(args))
+  if gone then
+    open_write('HDEL', U.key)
+    local t = wtop
+    for j = 1, n do
+      local name = names[j]
+      if not v[name] then wq[t + 1], t = vf[j], t + 1 end
+      if not u[name] then wq[t + 1], t = uf[j], t + 1 end
+    end
+    wtop = t
+  end
+  open_write('HSET', U.key)
+  local t = wtop
+  wq[t + 1], wq[t + 2], wq[t + 3], wq[t + 4], t = 'last', U.last, 'last_slot', int(U.last_slot), t + 4
+  for j = 1, n do
+    local name = names[j]
+    local x, y = v[name], u[name]
+    if x then wq[t + 1], wq[t + 2], t = vf[j], num(x), t + 2 end
+    if y then wq[t + 1], wq[t + 2], t = uf[j], num(y), t + 2 end
+  end
+  wtop = t
   expire(U.key, ttl_ms)
 end
 local function undoable(key, names)
@@ -434,7 +515,12 @@ local function undoable(key, names)
     end
     names.vf, names.uf, names.fields = vf, uf, fields
   end
-  U.key, U.names, U.v, U.u, U.last, U.last_slot, U.dirty = key, names, {}, {}, '', 0, false
+  if U.names ~= names then vbuf, ubuf = {}, {} end -- other names: no field of the last call's stays
+  U.key, U.names, U.v, U.u, U.last, U.last_slot, U.dirty = key, names, vbuf, ubuf, '', 0, false
+  for j = 1, #names do
+    local name = names[j]
+    vbuf[name], ubuf[name] = nil, nil
+  end
   return U
 end
 
@@ -518,12 +604,20 @@ local function members_of(n)
   return members
 end
 
--- record puts the id's members into the record at slot: finish adds the call's in one ZADD and sets the
--- record's expiry once, from the call's latest slot. Every slot in the record is at most reset_after from
--- now (the newest admission is what sets it), so that expiry never cuts a later entry short.
-local function record(slot, members)
-  local rec, score = C.rec, int(slot)
-  for _, m in ipairs(members) do rec[#rec + 1], rec[#rec + 2] = score, m end
+-- record puts the id's members for an admission of cost n (members_of's, then marker unless nil) into the
+-- record at slot: finish adds the call's in one ZADD and sets the record's expiry once, from the call's
+-- latest slot. Every slot in the record is at most reset_after from now (the newest admission is what
+-- sets it), so that expiry never cuts a later entry short.
+local function record(slot, n, marker)
+  local rec, k, score = C.rec, C.nrec, int(slot)
+  rec[k + 1], rec[k + 2], k = score, id, k + 2
+  if algo.per_unit then
+    for u = 2, n do rec[k + 1], rec[k + 2], k = score, id .. '\0' .. u, k + 2 end
+  elseif n > 1 then
+    rec[k + 1], rec[k + 2], k = score, id .. '\0' .. n, k + 2
+  end
+  if marker then rec[k + 1], rec[k + 2], k = score, marker, k + 2 end
+  C.nrec = k
   if slot > C.last then C.last = slot end
 end
 
@@ -580,8 +674,7 @@ end
 -- A reserve's replies. deny drops the writes the job queued (since `kept`, set as it begins): the call's
 -- own (the trim, a warm-up, the lapsed leases' removal) and the jobs' before it stay.
 local function deny(r)
-  for k = nwrites, kept + 1, -1 do writes[k] = nil end
-  nwrites = math.min(nwrites, kept)
+  drop_writes(kept)
   return r
 end
 local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
@@ -609,8 +702,10 @@ end
 -- prepare reads what a reserve needs beside the algorithm's state, once per call: the pause and the pace,
 -- the epoch (a warm-up begins here), the in-flight leases.
 local function prepare()
-  -- The pause, the pace's arrival time and the epoch, in one read.
-  local got = redis.call('MGET', pause, pace_key, epoch)
+  -- The pause, the pace's arrival time and the epoch, in one read (the pause alone when neither of the
+  -- others is in use).
+  local got
+  if pace > 0 or warmup > 0 then got = redis.call('MGET', pause, pace_key, epoch) else got = {redis.call('GET', pause)} end
   C.pause_until, C.tat = tonumber(got[1] or 0), 0
   if pace > 0 then C.tat = tonumber(got[2] or 0) end
   -- Warm-up: no epoch means the state may have lost what the provider still counts; so does an epoch
@@ -716,9 +811,7 @@ local function reserve()
   C.admitted = true
   if pace > 0 then C.tat = math.max(tat, slot) + cost * pace end
   if newest_read and (not newest_value or slot > newest_value) then newest_value = slot end
-  local members = members_of(cost)
-  members[#members + 1] = merchant_marker()
-  record(slot, members)
+  record(slot, cost, merchant_marker())
   if merchant ~= '' then
     write('ZADD', merchants, 'GT', int(slot), merchant)
     write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - seen_for))
@@ -736,8 +829,13 @@ end
 local function finish()
   if C.admitted then
     trim()
-    local rec = C.rec
-    for j = 1, #rec, 2000 do write('ZADD', ids, unpack(rec, j, math.min(j + 1999, #rec))) end
+    local rec, n = C.rec, C.nrec
+    for j = 1, n, 2000 do
+      open_write('ZADD', ids)
+      local t = wtop
+      for k = j, math.min(j + 1999, n) do wq[t + 1], t = rec[k], t + 1 end
+      wtop = t
+    end
     algo.save()
     if pace > 0 then write('SET', pace_key, int(C.tat), 'PX', int(math.ceil((C.tat - now) / 1000) + 1000)) end
     expire(ids, (math.max(C.last - now, reset_after()) + dedup) / 1000 + 1000)

@@ -26,40 +26,73 @@
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:sw:<g>.
 algo.merchants = true
 
-local g, keys_of, counts -- per call (algo.init)
+-- Per call (algo.init, algo.load): g[i], policy i's bucket (µs; kept in the settings' table), keys_of[i] its
+-- hash, and its buckets as read: ks[i][j], cs[i][j] for j = 1..len[i], bucket index and units, in no
+-- particular order (a policy has B + 1 that count and those reserved ahead: scanning them is cheaper than
+-- keeping them sorted). The tables live on between a function's calls; only 1..len[i] is this call's.
+local g
+local keys_of, ks, cs, len = {}, {}, {}, {}
 
 function algo.init()
-  g, keys_of, counts = {}, {}, {}
+  g = conf.sw_g
+  if not g then
+    g = {}
+    for i = 1, P do g[i] = math.ceil((windows[i] + margin) / buckets) end
+    conf.sw_g = g
+  end
   for i = 1, P do
-    g[i] = math.ceil((windows[i] + margin) / buckets)
-    keys_of[i] = KEYS[3 + i]
+    keys_of[i], len[i] = KEYS[3 + i], 0
+    if not ks[i] then ks[i], cs[i] = {}, {} end
   end
 end
 
 local function bucket(i, at) return math.floor(at / g[i]) end
 
--- counts[i] is a sorted list of {index, units}.
 function algo.load(trim)
   for i = 1, P do
-    local list, drop = {}, {}
+    local k_, c_, n, drop = ks[i], cs[i], 0, nil
     local first = bucket(i, now) - buckets
-    for idx, c in pairs(hash_pairs(redis.call('HGETALL', keys_of[i]))) do
-      local k = tonumber(idx)
-      if trim and k < first then drop[#drop + 1] = idx else list[#list + 1] = {k, tonumber(c)} end
+    local got = redis.call('HGETALL', keys_of[i])
+    for j = 1, #got, 2 do
+      local k = tonumber(got[j])
+      if trim and k < first then
+        drop = drop or {}
+        drop[#drop + 1] = got[j]
+      else
+        n = n + 1
+        k_[n], c_[n] = k, tonumber(got[j + 1])
+      end
     end
-    write_members('HDEL', keys_of[i], drop) -- split: thousands may have piled up
-    table.sort(list, function(a, b) return a[1] < b[1] end)
-    counts[i] = list
+    len[i] = n
+    if drop then write_members('HDEL', keys_of[i], drop) end -- split: thousands may have piled up
   end
 end
 
 -- units of policy i in buckets from index k on
 local function from_bucket(i, k)
-  local sum = 0
-  for _, e in ipairs(counts[i]) do
-    if e[1] >= k then sum = sum + e[2] end
+  local k_, c_, sum = ks[i], cs[i], 0
+  for j = 1, len[i] do
+    if k_[j] >= k then sum = sum + c_[j] end
   end
   return sum
+end
+
+-- find is the position of bucket k among policy i's, or nil.
+local function find(i, k)
+  local k_ = ks[i]
+  for j = 1, len[i] do
+    if k_[j] == k then return j end
+  end
+  return nil
+end
+
+-- newest is policy i's newest bucket index, or nil.
+local function newest(i)
+  local k_, last = ks[i], nil
+  for j = 1, len[i] do
+    if not last or k_[j] > last then last = k_[j] end
+  end
+  return last
 end
 
 function algo.earliest(from, n)
@@ -68,14 +101,25 @@ function algo.earliest(from, n)
     local k0 = bucket(i, from)
     local sum = from_bucket(i, k0 - buckets)
     if sum + n > limits[i] then
-      for _, e in ipairs(counts[i]) do
-        if e[1] >= k0 - buckets then
-          sum = sum - e[2]
-          if sum + n <= limits[i] then
-            local s = (e[1] + buckets + 1) * g[i]
-            if s > slot then slot, blocker = s, i end
-            break
+      -- The buckets from k0 - B on, oldest first (a few: an insertion sort).
+      local k_, c_, sk, sc, m = ks[i], cs[i], {}, {}, 0
+      for j = 1, len[i] do
+        local k = k_[j]
+        if k >= k0 - buckets then
+          local at = m + 1
+          while at > 1 and sk[at - 1] > k do
+            sk[at], sc[at] = sk[at - 1], sc[at - 1]
+            at = at - 1
           end
+          sk[at], sc[at], m = k, c_[j], m + 1
+        end
+      end
+      for j = 1, m do
+        sum = sum - sc[j]
+        if sum + n <= limits[i] then
+          local s = (sk[j] + buckets + 1) * g[i]
+          if s > slot then slot, blocker = s, i end
+          break
         end
       end
     end
@@ -85,29 +129,30 @@ end
 
 -- add changes bucket k of policy i by n units, in Lua and (queued) in its hash.
 local function add(i, k, n)
-  for j, e in ipairs(counts[i]) do
-    if e[1] == k then
-      local c = e[2] + n
-      if c <= 0 then
-        write('HDEL', keys_of[i], int(k))
-        table.remove(counts[i], j)
-      else
-        write('HSET', keys_of[i], int(k), int(c))
-        e[2] = c
-      end
-      return
+  local j = find(i, k)
+  if j then
+    local c = cs[i][j] + n
+    if c <= 0 then
+      write('HDEL', keys_of[i], int(k))
+      local last = len[i]
+      ks[i][j], cs[i][j] = ks[i][last], cs[i][last]
+      len[i] = last - 1
+    else
+      write('HSET', keys_of[i], int(k), int(c))
+      cs[i][j] = c
     end
+    return
   end
   if n <= 0 then return end
   write('HSET', keys_of[i], int(k), int(n))
-  table.insert(counts[i], {k, n})
-  table.sort(counts[i], function(a, b) return a[1] < b[1] end)
+  local last = len[i] + 1
+  ks[i][last], cs[i][last], len[i] = k, n, last
 end
 
 -- keep sets a hash's expiry to when its newest bucket stops counting (the expiry only grows: no bucket is
 -- added after the newest but by a later slot).
 local function keep(i)
-  expire(keys_of[i], ((counts[i][#counts[i]][1] + buckets + 1) * g[i] - now) / 1000 + 1000)
+  expire(keys_of[i], ((newest(i) + buckets + 1) * g[i] - now) / 1000 + 1000)
 end
 
 function algo.commit(slot, n)
@@ -119,11 +164,9 @@ end
 
 function algo.force() error('paygate: force is only for token_bucket') end
 
--- count is the units bucket k of policy i holds.
 local function count(i, k)
-  for _, e in ipairs(counts[i]) do
-    if e[1] == k then return e[2] end
-  end
+  local j = find(i, k)
+  if j then return cs[i][j] end
   return 0
 end
 
@@ -136,9 +179,9 @@ function algo.room(at)
 end
 
 local function reset_of(i)
-  local last = counts[i][#counts[i]]
+  local last = newest(i)
   if not last then return 0 end
-  return math.max(0, (last[1] + buckets + 1) * g[i] - now)
+  return math.max(0, (last + buckets + 1) * g[i] - now)
 end
 
 function algo.reset_after()
@@ -158,4 +201,3 @@ function algo.status()
 end
 
 function algo.save() end
-

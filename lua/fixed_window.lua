@@ -19,35 +19,60 @@
 -- window, from there on, with room for the job in every policy, at its start. Release and moves take a
 -- job's units out of its window's counter while that window is current or ahead (exact).
 
--- counts[i] maps a window index, as the string HSET takes, to units. (String keys: a Lua table indexed
--- by numbers in the tens of millions makes gopher-lua, the demo's embedded Redis, allocate an array that
--- large.)
+-- Per call (algo.init, algo.load): keys_of[i], policy i's hash, and its windows as read: ks[i][j], cs[i][j]
+-- for j = 1..len[i], window index and units, in no particular order (the current window and those
+-- reserved ahead: a scan of a few). The tables live on between a function's calls; only 1..len[i] is this
+-- call's. (Indexed by position: a Lua table indexed by window numbers in the tens of millions makes
+-- gopher-lua, the demo's embedded Redis, allocate an array that large.)
 -- A merchant's policies (family.lua's S[10]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:fw:<W>.
 algo.merchants = true
 
-local keys_of, counts -- per call (algo.init)
+local keys_of, ks, cs, len = {}, {}, {}, {}
 
 function algo.init()
-  keys_of, counts = {}, {}
-  for i = 1, P do keys_of[i] = KEYS[3 + i] end
+  for i = 1, P do
+    keys_of[i], len[i] = KEYS[3 + i], 0
+    if not ks[i] then ks[i], cs[i] = {}, {} end
+  end
 end
 
 local function window(i, at) return math.floor(at / windows[i]) end
 
 function algo.load(trim)
   for i = 1, P do
-    local m, drop = {}, {}
+    local k_, c_, n, drop = ks[i], cs[i], 0, nil
     local current = window(i, now)
-    for idx, c in pairs(hash_pairs(redis.call('HGETALL', keys_of[i]))) do
-      if trim and tonumber(idx) < current then drop[#drop + 1] = idx else m[idx] = tonumber(c) end
+    local got = redis.call('HGETALL', keys_of[i])
+    for j = 1, #got, 2 do
+      local k = tonumber(got[j])
+      if trim and k < current then
+        drop = drop or {}
+        drop[#drop + 1] = got[j]
+      else
+        n = n + 1
+        k_[n], c_[n] = k, tonumber(got[j + 1])
+      end
     end
-    write_members('HDEL', keys_of[i], drop) -- split: thousands may have piled up
-    counts[i] = m
+    len[i] = n
+    if drop then write_members('HDEL', keys_of[i], drop) end -- split: thousands may have piled up
   end
 end
 
-local function count(i, k) return counts[i][int(k)] or 0 end
+-- find is the position of window k among policy i's, or nil.
+local function find(i, k)
+  local k_ = ks[i]
+  for j = 1, len[i] do
+    if k_[j] == k then return j end
+  end
+  return nil
+end
+
+local function count(i, k)
+  local j = find(i, k)
+  if j then return cs[i][j] end
+  return 0
+end
 
 -- Slots are handed out first come, first served: a later job never goes in an earlier window than one
 -- reserved before it (the id record's newest slot is where the search starts).
@@ -73,21 +98,31 @@ end
 
 -- add changes window k of policy i by n units, in Lua and (queued) in its hash.
 local function add(i, k, n)
-  local c = count(i, k) + n
+  local j = find(i, k)
+  local c = n
+  if j then c = cs[i][j] + n end
   if c <= 0 then
     write('HDEL', keys_of[i], int(k))
-    counts[i][int(k)] = nil
+    if j then
+      local last = len[i]
+      ks[i][j], cs[i][j] = ks[i][last], cs[i][last]
+      len[i] = last - 1
+    end
   else
     write('HSET', keys_of[i], int(k), int(c))
-    counts[i][int(k)] = c
+    if j then
+      cs[i][j] = c
+    else
+      local last = len[i] + 1
+      ks[i][last], cs[i][last], len[i] = k, c, last
+    end
   end
 end
 
 local function last_window(i)
-  local last = nil
-  for idx in pairs(counts[i]) do
-    local k = tonumber(idx)
-    if last == nil or k > last then last = k end
+  local k_, last = ks[i], nil
+  for j = 1, len[i] do
+    if last == nil or k_[j] > last then last = k_[j] end
   end
   return last
 end
@@ -131,8 +166,8 @@ function algo.status()
   for i = 1, P do
     local k = window(i, now)
     local reserved = 0
-    for idx, c in pairs(counts[i]) do
-      if tonumber(idx) > k then reserved = reserved + c end
+    for j = 1, len[i] do
+      if ks[i][j] > k then reserved = reserved + cs[i][j] end
     end
     out[i] = {count(i, k), reserved, math.max(0, limits[i] - count(i, k)), reset_of(i)}
   end

@@ -215,8 +215,9 @@ end
 -- check comes before anything is read or written: a bad call is an error reply and changes nothing.
 local function begin(keys, argv, o, stale_arg, settings_arg, nargs_ok)
   KEYS, ARGV = keys, argv
+  local nk = #KEYS
   ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
-  merchants, live, flight, pace_key, epoch = KEYS[#KEYS - 4], KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS]
+  merchants, live, flight, pace_key, epoch = KEYS[nk - 4], KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
   op = o
   if op ~= 'reserve' and op ~= 'release' and op ~= 'status' and op ~= 'merchants' then
     return bad('op must be reserve, release, status or merchants', op)
@@ -530,26 +531,35 @@ end
 -- rounds a fraction below 1/8 away. With W + m = a*L + b, n*T = n*a + n*b/L is added in whole numbers, exact
 -- while n*b < 2^53 (limits below 9.4e7). Only room and status figures, which decide nothing, use doubles.
 -- As with U, a call has one, X: arrivals() sets its state and what follows from the settings (kept there).
+-- X.state is U; X's functions read U.v, and xA, xB, xqn, xrn: X.A, X.B, X.qn, X.rn, kept as upvalues.
 local X = {}
+local xA, xB, xqn, xrn
 -- q, r: policy i's TAT (a q stored as a fraction by an older version is rounded up).
-function X.q(i) return math.ceil(X.state.v[X.qn[i]] or 0) end
-function X.r(i) return X.state.v[X.rn[i]] or 0 end
-function X.tat(i) return X.q(i) + X.r(i) / limits[i] end
--- plus returns q', r' of (q0 + r0/L) + n*T.
-function X.plus(i, q0, r0, n)
-  local y = r0 + n * X.B[i]
-  return q0 + n * X.A[i] + math.floor(y / limits[i]), y % limits[i]
+local function xq(i)
+  local x = U.v[xqn[i]] or 0
+  if x % 1 ~= 0 then x = math.ceil(x) end
+  return x
 end
+local function xr(i) return U.v[xrn[i]] or 0 end
+X.q, X.r = xq, xr
+function X.tat(i) return xq(i) + xr(i) / limits[i] end
+-- plus returns q', r' of (q0 + r0/L) + n*T.
+local function xplus(i, q0, r0, n)
+  local y, l = r0 + n * xB[i], limits[i]
+  return q0 + n * xA[i] + math.floor(y / l), y % l
+end
+X.plus = xplus
 -- ceil_tat is the TAT rounded up to the µs.
 function X.ceil_tat(i)
-  if X.r(i) > 0 then return X.q(i) + 1 end
-  return X.q(i)
+  if xr(i) > 0 then return xq(i) + 1 end
+  return xq(i)
 end
 -- advance sets TAT = max(TAT, slot) + n*T.
 function X.advance(i, slot, n)
-  local q0, r0 = X.q(i), X.r(i)
+  local q0, r0 = xq(i), xr(i)
   if slot > q0 or (slot == q0 and r0 == 0) then q0, r0 = slot, 0 end
-  X.state.v[X.qn[i]], X.state.v[X.rn[i]] = X.plus(i, q0, r0, n)
+  local v = U.v
+  v[xqn[i]], v[xrn[i]] = xplus(i, q0, r0, n)
 end
 local function arrivals(key)
   local c = conf.arrivals
@@ -564,6 +574,7 @@ local function arrivals(key)
     conf.arrivals = c
   end
   X.A, X.B, X.T, X.qn, X.rn = c.A, c.B, c.T, c.qn, c.rn
+  xA, xB, xqn, xrn = c.A, c.B, c.qn, c.rn
   X.state = undoable(key, c.names)
   return X
 end
@@ -682,10 +693,11 @@ local function reply(allowed, dup, delay, retry, room, index, paused, admitted, 
     in_flight or 0, leased or 0}
 end
 local function lease_free() return max_flight == 0 or standing < max_flight end
--- take_lease queues a lease, lapsing at slot + lease.
-local function take_lease(member, slot)
+-- take_lease queues a lease, lapsing at slot + lease: its member is id..tag..now_us (tag '\0', or '\0d' for
+-- a duplicate let go), made only when there is a cap.
+local function take_lease(tag, slot)
   if max_flight == 0 then return end
-  write('ZADD', flight, int(slot + lease), member)
+  write('ZADD', flight, int(slot + lease), id .. tag .. int(now))
   standing = standing + 1
   if not C.first_lease or slot + lease < C.first_lease then C.first_lease = slot + lease end
   extend(flight, math.ceil((slot + lease - now) / 1000) + 1000)
@@ -765,7 +777,7 @@ local function reserve()
     if at - now > max_wait then return deny(reply(0, 1, 0, at - now - max_wait, room, index, paused, prev, 0)) end
     -- Let go, a duplicate is a request of its own in flight: it needs a lease of its own.
     if not lease_free() then return flight_full(1, prev) end
-    take_lease(id .. '\0d' .. int(now), at)
+    take_lease('\0d', at)
     if marked ~= '1' then mark('dup', math.max(at - now, 0) + dedup) end -- 'sent' says more: keep it
     local leased = 0
     if max_flight > 0 then leased = 2 end
@@ -817,7 +829,7 @@ local function reserve()
     write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - seen_for))
     expire(merchants, (math.max(slot - now, reset_after()) + seen_for) / 1000 + 1000)
   end
-  take_lease(id .. '\0' .. int(now), slot)
+  take_lease('\0', slot)
   local leased = 0
   if max_flight > 0 then leased = 1 end
   local room, index = algo.room(slot)
@@ -840,8 +852,10 @@ local function finish()
     if pace > 0 then write('SET', pace_key, int(C.tat), 'PX', int(math.ceil((C.tat - now) / 1000) + 1000)) end
     expire(ids, (math.max(C.last - now, reset_after()) + dedup) / 1000 + 1000)
   end
-  for key, ttl in pairs(C.ttl) do
-    if (key == flight and C.renew_flight) or redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
+  if next(C.ttl) ~= nil then
+    for key, ttl in pairs(C.ttl) do
+      if (key == flight and C.renew_flight) or redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
+    end
   end
   return flush()
 end

@@ -79,7 +79,8 @@ local function count(i, at)
     c = redis.call('ZCOUNT', log, int(at - W[i] + 1), '+inf')
     read_at[i], read[i] = at, c
   end
-  for _, x in ipairs(removed) do
+  for j = 1, #removed do
+    local x = removed[j]
     if x.slot > at - W[i] and (i <= PP or x.in_mlog) then c = c - x.n end
   end
   return c + added_since(at - W[i])

@@ -45,10 +45,12 @@ local function field(i) return names[i + 1] end
 local function stored(i) return state.v[field(i)] or caps[i] end
 
 -- tokens of policy i at `at`: refilled up to the capacity after ts; before ts (reservations ahead), what
--- they will be at ts less the refill still to come.
+-- they will be at ts less the refill still to come. (ts() and stored(i), read once.)
 local function tokens(i, at)
-  if at >= ts() then return math.min(caps[i], stored(i) + (at - ts()) * rates[i]) end
-  return stored(i) - (ts() - at) * rates[i]
+  local v = state.v
+  local t, have = v.ts or 0, v[names[i + 1]] or caps[i]
+  if at >= t then return math.min(caps[i], have + (at - t) * rates[i]) end
+  return have - (t - at) * rates[i]
 end
 
 function algo.load(_) state.load() end

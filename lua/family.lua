@@ -716,17 +716,22 @@ end
 local function prepare()
   -- The pause, the pace's arrival time and the epoch, in one read (the pause alone when neither of the
   -- others is in use).
-  local got
-  if pace > 0 or warmup > 0 then got = redis.call('MGET', pause, pace_key, epoch) else got = {redis.call('GET', pause)} end
-  C.pause_until, C.tat = tonumber(got[1] or 0), 0
-  if pace > 0 then C.tat = tonumber(got[2] or 0) end
+  local paused, paced, began = false, false, false
+  if pace > 0 or warmup > 0 then
+    local got = redis.call('MGET', pause, pace_key, epoch)
+    paused, paced, began = got[1], got[2], got[3]
+  else
+    paused = redis.call('GET', pause)
+  end
+  C.pause_until, C.tat = tonumber(paused or 0), 0
+  if pace > 0 then C.tat = tonumber(paced or 0) end
   -- Warm-up: no epoch means the state may have lost what the provider still counts; so does an epoch
   -- written under another replication history (see current_history): the state survived a failover or a
   -- restart, but what was admitted after its last copy was taken may not have. Hold the provider until
   -- nothing admitted or reserved before the loss can share a window with what is admitted after it. It
   -- stands whatever this decision's verdict. An epoch without a history (written where INFO was refused,
   -- or by an earlier version) takes this server's, without a warm-up.
-  local began = warmup > 0 and got[3]
+  began = warmup > 0 and began
   local was, h = began and string.match(began, ' (%w+)$'), warmup > 0 and current_history()
   if warmup > 0 and (not began or (was and h ~= '' and was ~= h)) then
     write('SET', epoch, int(now) .. ' ' .. h)

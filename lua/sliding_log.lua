@@ -27,15 +27,18 @@ algo.per_unit = true
 algo.merchants = true
 
 -- Per call (algo.init): mlog, the merchant's log or nil; W[i], policy i's window plus margin, and the longest
--- (kept in the settings' table: they follow from the settings alone); added: the call's admissions in order
--- of slot, {slot, n, sum} with sum the units of added[1..j]; removed: the moves' units leaving, {slot, n,
--- id, in_mlog}; read_at[i], read[i]: the last ZCOUNT of policy i's log, for its window ending at read_at[i]
--- (the tables live on between a function's calls; init empties them).
-local mlog, W, longest, added, removed
+-- (kept in the settings' table: they follow from the settings alone); the call's admissions in order of
+-- slot, the j-th (j = 1..na) at slot as[j], of an[j] units, asum[j] the units of the first j; removed: the
+-- moves' units leaving, {slot, n, id, in_mlog}; read_at[i], read[i]: the last ZCOUNT of policy i's log, for
+-- its window ending at read_at[i] (the tables live on between a function's calls; init empties them, or
+-- sets na to 0).
+local mlog, W, longest, na
+local as, an, asum, removed = {}, {}, {}, {}
 local read_at, read = {}, {}
 
 function algo.init()
-  mlog, added, removed = nil, {}, {}
+  mlog, na = nil, 0
+  if #removed > 0 then removed = {} end
   if M > 0 then mlog = KEYS[4] end
   if not conf.sl_W then
     local w, l = {}, 0
@@ -57,15 +60,15 @@ end
 
 -- added_since is the units of the call's admissions with a slot after t.
 local function added_since(t)
-  local k = #added
-  if k == 0 or added[k].slot <= t then return 0 end
-  if added[1].slot > t then return added[k].sum end -- the common case: the call's admissions are all in the window
-  local lo, hi = 1, k -- the first admission after t: added is in order of slot
+  local k = na
+  if k == 0 or as[k] <= t then return 0 end
+  if as[1] > t then return asum[k] end -- the common case: the call's admissions are all in the window
+  local lo, hi = 1, k -- the first admission after t: the admissions are in order of slot
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if added[mid].slot > t then hi = mid else lo = mid + 1 end
+    if as[mid] > t then hi = mid else lo = mid + 1 end
   end
-  return added[k].sum - (lo > 1 and added[lo - 1].sum or 0)
+  return asum[k] - (lo > 1 and asum[lo - 1] or 0)
 end
 
 -- count is the units policy i counts in its window ending at `at`, with any reservations beyond it.
@@ -97,18 +100,18 @@ end
 -- newest_but(log, k) is the score of the (k+1)-th newest unit (0-based k) of log with the call's admissions
 -- (the newest), not counting the moves' units leaving: that rare path reads k + their units + 1 members.
 local function newest_but(log, k)
-  local j = #added
-  if j > 0 and k < added[j].sum then
-    -- one of the call's: the last admission whose units before it (added[lo - 1].sum) are fewer than
-    -- want, the units from the (k+1)-th newest on
-    local want, lo, hi = added[j].sum - k, 1, j
+  local j = na
+  if j > 0 and k < asum[j] then
+    -- one of the call's: the last admission whose units before it (asum[lo - 1]) are fewer than want, the
+    -- units from the (k+1)-th newest on
+    local want, lo, hi = asum[j] - k, 1, j
     while lo < hi do
       local mid = math.floor((lo + hi + 1) / 2)
-      if (added[mid - 1] and added[mid - 1].sum or 0) < want then lo = mid else hi = mid - 1 end
+      if (mid > 1 and asum[mid - 1] or 0) < want then lo = mid else hi = mid - 1 end
     end
-    return added[lo].slot
+    return as[lo]
   end
-  if j > 0 then k = k - added[j].sum end
+  if j > 0 then k = k - asum[j] end
   if #removed == 0 then return tonumber(redis.call('ZREVRANGE', log, k, k, 'WITHSCORES')[2]) end
   local n = 0
   for _, x in ipairs(removed) do n = n + x.n end
@@ -140,10 +143,13 @@ end
 -- commit adds the admission in order of slot (first come, first served: at the end, but for a slot
 -- before the last, which the invariant rules out and which this keeps correct all the same).
 function algo.commit(slot, n)
-  local j = #added + 1
-  while j > 1 and added[j - 1].slot > slot do j = j - 1 end
-  table.insert(added, j, {slot = slot, n = n})
-  for k = j, #added do added[k].sum = (k > 1 and added[k - 1].sum or 0) + added[k].n end
+  local j = na + 1
+  while j > 1 and as[j - 1] > slot do
+    as[j], an[j] = as[j - 1], an[j - 1]
+    j = j - 1
+  end
+  as[j], an[j], na = slot, n, na + 1
+  for k = j, na do asum[k] = (k > 1 and asum[k - 1] or 0) + an[k] end
 end
 
 function algo.force() error('paygate: force is only for token_bucket') end
@@ -164,8 +170,8 @@ function algo.room(at)
 end
 
 local function newest()
-  local tail, last = newest_slot(), added[#added]
-  if last and (not tail or last.slot > tail) then tail = last.slot end
+  local tail = newest_slot()
+  if na > 0 and (not tail or as[na] > tail) then tail = as[na] end
   return tail
 end
 
@@ -193,15 +199,15 @@ end
 
 -- save keeps the merchant's log in step with KEYS[1]: the units that left it (a release or a move) leave,
 -- the job's new ones come in, and what no policy counts any more is trimmed. A merchant's job is decided
--- alone (no batch), so removed and added hold its own entries, at most one each.
+-- alone (no batch), so removed and the admissions hold its own entries, at most one each.
 function algo.save()
   if not mlog then return end
-  local out, into = removed[1], added[1]
+  local out = removed[1]
   if out then write_members('ZREM', mlog, members_of(out.n)) end
-  if into then
-    write_members('ZADD', mlog, members_of(into.n), int(into.slot))
+  if na > 0 then
+    write_members('ZADD', mlog, members_of(an[1]), int(as[1]))
     write('ZREMRANGEBYSCORE', mlog, '-inf', '(' .. int(now - dedup))
-    expire(mlog, (math.max(into.slot - now, reset_after()) + dedup) / 1000 + 1000)
+    expire(mlog, (math.max(as[1] - now, reset_after()) + dedup) / 1000 + 1000)
   end
 end
 

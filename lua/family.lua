@@ -153,11 +153,23 @@
 -- global: a library being loaded has only `redis`); every per-call value is one of the locals below, and
 -- begin(), begin_job() and start() (or the algorithm's algo.init()) set every one of them at the start of
 -- each call: nothing a call sees is left from an earlier one. Lua 5.1 allows a
--- function 60 upvalues; the most any function here uses is reserve()'s 42 (counted by luac5.1 -l -l): a
+-- function 60 upvalues; the most any function here uses is 42 (counted by luac5.1 -l -l): a
 -- new per-call value with no room left goes into a table (as C) rather than a local of its own.
 -- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals below
 -- that take their names; a function has no such globals and never calls it).
 local function eval_args() return KEYS, ARGV end
+-- Lua's globals, as upvalues: a function of a library reads a global through the library's environment, a
+-- table whose __index is the globals (two look-ups, measurable at the hundred or so a decision makes),
+-- an upvalue at once. A library being loaded reaches none of them, so bind_globals sets them as each call
+-- begins (once in a function's life: then math is set; under EVALSHA, on each call). redis stays a
+-- global: while the library loads it is another table (register_function's), which the lines gate.go
+-- appends use.
+local math, string, table, tonumber, tostring, unpack, next, pairs, ipairs, error, type
+local function bind_globals()
+  local g = _G
+  math, string, table, tonumber, tostring, unpack = g.math, g.string, g.table, g.tonumber, g.tostring, g.unpack
+  next, pairs, ipairs, error, type = g.next, g.pairs, g.ipairs, g.error, g.type
+end
 local KEYS, ARGV
 local ids, pause, sent, merchants, live, flight, pace_key, epoch
 local op, id, merchant
@@ -959,6 +971,7 @@ end
 -- paygate is the entry point. gate.go appends the line that runs it: `return paygate(eval_args())` under
 -- EVALSHA, or registers it as the library's function.
 local function paygate(keys, argv)
+  if not math then bind_globals() end
   if argv[1] == 'batch' then return batch(keys, argv) end
   return decide(keys, argv)
 end
@@ -968,6 +981,7 @@ end
 -- status and merchants read).
 local function serving(ops)
   return function(keys, argv)
+    if not math then bind_globals() end
     if not ops[argv[1]] then return bad('this function does not serve op', argv[1]) end
     return paygate(keys, argv)
   end

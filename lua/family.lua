@@ -451,8 +451,11 @@ end
 -- the settings' table (conf): the field names are built once per settings and read with one HMGET. U.v
 -- and U.u hold nothing but names' numbers: the two tables a call starts with live on between a function's
 -- calls (undoable empties them), and begin copies into U.u in place (making them anew was measurable).
+-- The strings load read for v:<name> (read[name]) serve save again for u:<name> while U.u holds the numbers
+-- as read (U.as_read: the call's first begin copied a state nothing had changed yet, U.fresh), instead
+-- of formatting them anew: num's string for the number a string of num's reads back as is that string.
 local U = {}
-local vbuf, ubuf = {}, {}
+local vbuf, ubuf, read = {}, {}, {}
 -- copy_into sets to[name] = from[name] for every name, and returns to.
 local function copy_into(to, from)
   local names = U.names
@@ -467,23 +470,26 @@ function U.load()
   U.last, U.last_slot = got[1] or '', tonumber(got[2] or 0)
   local names, v, u = U.names, U.v, U.u
   for j = 1, #names do
-    local name = names[j]
-    v[name], u[name] = tonumber(got[1 + 2 * j] or nil), tonumber(got[2 + 2 * j] or nil)
+    local name, s = names[j], got[1 + 2 * j] or nil
+    v[name], u[name], read[name] = tonumber(s), tonumber(got[2 + 2 * j] or nil), s
   end
+  U.fresh = true
 end
--- begin records the numbers as they are before an admission at slot.
+-- begin records the numbers as they are before an admission at slot (which changes U.v next).
 function U.begin(slot)
   copy_into(U.u, U.v)
-  U.last, U.last_slot, U.dirty = id, slot, true
+  U.last, U.last_slot, U.dirty, U.as_read, U.fresh = id, slot, true, U.fresh, false
 end
 function U.give_back(slot)
   if U.last ~= id or U.last_slot ~= slot then return nil end
-  local token = {v = U.v, u = U.u, last = U.last, last_slot = U.last_slot}
-  U.v, U.u, U.last, U.last_slot, U.dirty = copy_into({}, U.u), {}, '', 0, true
+  local token = {v = U.v, u = U.u, last = U.last, last_slot = U.last_slot, as_read = U.as_read, fresh = U.fresh}
+  U.v, U.u, U.last, U.last_slot, U.dirty, U.as_read, U.fresh = copy_into({}, U.u), {}, '', 0, true, false, false
   return token
 end
 function U.take_back(token)
-  if token then U.v, U.u, U.last, U.last_slot = token.v, token.u, token.last, token.last_slot end
+  if token then
+    U.v, U.u, U.last, U.last_slot, U.as_read, U.fresh = token.v, token.u, token.last, token.last_slot, token.as_read, token.fresh
+  end
 end
 -- save writes every field (last = '' means no undo; u:* are then ignored), and deletes the numbers that
 -- are no more: undoing the first admission after an idle spell restores "no state", a full bucket. Both
@@ -510,11 +516,15 @@ function U.save(ttl_ms)
   open_write('HSET', U.key)
   local t = wtop
   wq[t + 1], wq[t + 2], wq[t + 3], wq[t + 4], t = 'last', U.last, 'last_slot', int(U.last_slot), t + 4
+  local as_read = U.as_read
   for j = 1, n do
     local name = names[j]
     local x, y = v[name], u[name]
     if x then wq[t + 1], wq[t + 2], t = vf[j], num(x), t + 2 end
-    if y then wq[t + 1], wq[t + 2], t = uf[j], num(y), t + 2 end
+    if y then
+      if as_read then y = read[name] else y = num(y) end
+      wq[t + 1], wq[t + 2], t = uf[j], y, t + 2
+    end
   end
   wtop = t
   expire(U.key, ttl_ms)
@@ -528,11 +538,11 @@ local function undoable(key, names)
     end
     names.vf, names.uf, names.fields = vf, uf, fields
   end
-  if U.names ~= names then vbuf, ubuf = {}, {} end -- other names: no field of the last call's stays
-  U.key, U.names, U.v, U.u, U.last, U.last_slot, U.dirty = key, names, vbuf, ubuf, '', 0, false
+  if U.names ~= names then vbuf, ubuf, read = {}, {}, {} end -- other names: no field of the last call's stays
+  U.key, U.names, U.v, U.u, U.last, U.last_slot, U.dirty, U.as_read, U.fresh = key, names, vbuf, ubuf, '', 0, false, false, false
   for j = 1, #names do
     local name = names[j]
-    vbuf[name], ubuf[name] = nil, nil
+    vbuf[name], ubuf[name], read[name] = nil, nil, nil
   end
   return U
 end

@@ -199,7 +199,7 @@ local function whole(v) return v and v >= 0 and v % 1 == 0 end
 
 -- settings are the settings strings (ARGV[8]) a function has parsed, by string: kept between its calls,
 -- up to 64 (then it starts afresh). A call never changes their tables; the algorithms keep there, once,
--- what follows from the settings alone (conf.sl_W, conf.tb, conf.arrivals, names.fields).
+-- what follows from the settings alone (conf.sl_W, conf.sw_g, conf.tb, conf.arrivals, names.vfields).
 local settings, nsettings = {}, 0
 
 -- parse_settings parses a settings string (see the header): its table, or nil and what is wrong.
@@ -448,7 +448,7 @@ end
 -- numbers before it), so that a release or move of that admission restores exactly what it changed. An
 -- older admission cannot be undone soundly: later ones were decided on top of it. A call has one such
 -- state, U: its functions are made once, undoable() sets its fields for the call. names is a table kept in
--- the settings' table (conf): the field names are built once per settings and read with one HMGET. U.v
+-- the settings' table (conf): the field names are built once per settings, v:* read with one HMGET. U.v
 -- and U.u hold nothing but names' numbers: the two tables a call starts with live on between a function's
 -- calls (undoable empties them), and begin copies into U.u in place (making them anew was measurable).
 -- The strings load read for v:<name> (read[name]) serve save again for u:<name> while U.u holds the numbers
@@ -465,23 +465,31 @@ local function copy_into(to, from)
   end
   return to
 end
+-- load reads last, last_slot and v:* only: the undo record's numbers (u:*) matter to give_back alone (an
+-- admission's begin replaces them first), which reads them then (U.u_known: U.u holds them, as read or as
+-- this call set them). Until a write of the call's is applied, Redis holds them as the call began.
 function U.load()
-  local got = redis.call('HMGET', U.key, unpack(U.names.fields))
+  local got = redis.call('HMGET', U.key, unpack(U.names.vfields))
   U.last, U.last_slot = got[1] or '', tonumber(got[2] or 0)
-  local names, v, u = U.names, U.v, U.u
+  local names, v = U.names, U.v
   for j = 1, #names do
-    local name, s = names[j], got[1 + 2 * j] or nil
-    v[name], u[name], read[name] = tonumber(s), tonumber(got[2 + 2 * j] or nil), s
+    local name, s = names[j], got[2 + j] or nil
+    v[name], read[name] = tonumber(s), s
   end
-  U.fresh = true
+  U.fresh, U.u_known = true, false
 end
 -- begin records the numbers as they are before an admission at slot (which changes U.v next).
 function U.begin(slot)
   copy_into(U.u, U.v)
-  U.last, U.last_slot, U.dirty, U.as_read, U.fresh = id, slot, true, U.fresh, false
+  U.last, U.last_slot, U.dirty, U.as_read, U.fresh, U.u_known = id, slot, true, U.fresh, false, true
 end
 function U.give_back(slot)
   if U.last ~= id or U.last_slot ~= slot then return nil end
+  if not U.u_known then
+    local got, names, u = redis.call('HMGET', U.key, unpack(U.names.uf)), U.names, U.u
+    for j = 1, #names do u[names[j]] = tonumber(got[j] or nil) end
+    U.u_known = true
+  end
   local token = {v = U.v, u = U.u, last = U.last, last_slot = U.last_slot, as_read = U.as_read, fresh = U.fresh}
   U.v, U.u, U.last, U.last_slot, U.dirty, U.as_read, U.fresh = copy_into({}, U.u), {}, '', 0, true, false, false
   return token
@@ -530,13 +538,13 @@ function U.save(ttl_ms)
   expire(U.key, ttl_ms)
 end
 local function undoable(key, names)
-  if not names.fields then
-    local vf, uf, fields = {}, {}, {'last', 'last_slot'}
+  if not names.vfields then
+    local vf, uf, vfields = {}, {}, {'last', 'last_slot'}
     for j, name in ipairs(names) do
       vf[j], uf[j] = 'v:' .. name, 'u:' .. name
-      fields[#fields + 1], fields[#fields + 2] = vf[j], uf[j]
+      vfields[j + 2] = vf[j]
     end
-    names.vf, names.uf, names.fields = vf, uf, fields
+    names.vf, names.uf, names.vfields = vf, uf, vfields
   end
   if U.names ~= names then vbuf, ubuf, read = {}, {}, {} end -- other names: no field of the last call's stays
   U.key, U.names, U.v, U.u, U.last, U.last_slot, U.dirty, U.as_read, U.fresh = key, names, vbuf, ubuf, '', 0, false, false, false

@@ -152,7 +152,9 @@
 -- loaded, and lives on between calls. So the top level only defines functions and constants (and reads no
 -- global: a library being loaded has only `redis`); every per-call value is one of the locals below, and
 -- begin(), begin_job() and start() (or the algorithm's algo.init()) set every one of them at the start of
--- each call: nothing a call sees is left from an earlier one. Lua 5.1 allows a
+-- each call: nothing a call sees is left from an earlier one. (Some tables live on between calls, as making
+-- them anew on every call was measurable: C, the write queue, the undo state's, the algorithms' arrays.
+-- Each says how a call resets it, or reads only what the call itself set.) Lua 5.1 allows a
 -- function 60 upvalues; the most any function here uses is 42 (counted by luac5.1 -l -l): a
 -- new per-call value with no room left goes into a table (as C) rather than a local of its own.
 -- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals below
@@ -387,13 +389,6 @@ end
 local function num(x)
   if x % 1 == 0 and x > -1e17 and x < 1e17 and (x ~= 0 or 1 / x > 0) then return string.format('%d', x) end
   return string.format('%.17g', x)
-end
-
--- hash_pairs turns an HGETALL reply into a table.
-local function hash_pairs(reply)
-  local m = {}
-  for i = 1, #reply, 2 do m[reply[i]] = reply[i + 1] end
-  return m
 end
 
 local function expire(key, ms) write('PEXPIRE', key, int(math.ceil(ms))) end

@@ -49,23 +49,7 @@ end
 local function bucket(i, at) return math.floor(at / g[i]) end
 
 function algo.load(trim)
-  for i = 1, P do
-    local k_, c_, n, drop = ks[i], cs[i], 0, nil
-    local first = bucket(i, now) - buckets
-    local got = redis.call('HGETALL', keys_of[i])
-    for j = 1, #got, 2 do
-      local k = tonumber(got[j])
-      if trim and k < first then
-        drop = drop or {}
-        drop[#drop + 1] = got[j]
-      else
-        n = n + 1
-        k_[n], c_[n] = k, tonumber(got[j + 1])
-      end
-    end
-    len[i] = n
-    if drop then write_members('HDEL', keys_of[i], drop) end -- split: thousands may have piled up
-  end
+  for i = 1, P do len[i] = counters_read(keys_of[i], bucket(i, now) - buckets, trim, ks[i], cs[i]) end
 end
 
 -- units of policy i in buckets from index k on
@@ -78,13 +62,7 @@ local function from_bucket(i, k)
 end
 
 -- find is the position of bucket k among policy i's, or nil.
-local function find(i, k)
-  local k_ = ks[i]
-  for j = 1, len[i] do
-    if k_[j] == k then return j end
-  end
-  return nil
-end
+local function find(i, k) return counters_find(ks[i], len[i], k) end
 
 -- newest is policy i's newest bucket index, or nil.
 local function newest(i)

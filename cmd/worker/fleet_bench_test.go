@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,10 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/paygate/paygate/gate"
-	"github.com/paygate/paygate/internal/testenv"
+	"github.com/paygate/paygate/internal/stats"
 	"github.com/paygate/paygate/providers/sim"
 )
 
@@ -172,21 +169,12 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 	c := fleetCell{Broker: broker, Limits: name, K: k, Accepted: ran.Accepted, Over: st.Violations, Utilisation: utilisation(ran, windows, f.margin),
 		Late: &late, Measured: time.Now().UTC().Format("2006-01-02 15:04")}
 
-	keys, err := l.Keys("acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	defer rdb.Close()
-	// The epoch, "<began µs> <history>": the first decision, which began the warm-up.
-	if epoch := strings.Fields(rdb.Get(ctx, keys[len(keys)-1]).Val()); len(epoch) > 0 {
-		if began, err := strconv.ParseInt(epoch[0], 10, 64); err == nil {
-			c.ColdStart = first.Sub(time.UnixMicro(began))
-		}
+	if began := f.warmUpBegan("acme"); !began.IsZero() {
+		c.ColdStart = first.Sub(began)
 	}
 	c.MarginMean = marginMean
 	if after := afterSlot(); len(after) > 0 {
-		c.AfterP99, c.AfterMax = quantile(after, 0.99), after[len(after)-1]
+		c.AfterP99, c.AfterMax = stats.Percentile(after, 99), after[len(after)-1]
 		logAfterSlot(t, after, f.margin)
 	}
 	ms, err := l.ReadMargin(ctx, "acme")
@@ -194,12 +182,12 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 		t.Fatal(err)
 	}
 	c.Margin = ms.Margin
-	var lates []float64
+	var lates []time.Duration
 	atOnce := 0
 	for _, l := range f.settled() {
 		switch {
 		case l.Outcome == "succeeded" && l.Admission == "reserved":
-			lates = append(lates, l.Late)
+			lates = append(lates, time.Duration(l.Late*float64(time.Second)))
 			if l.Waited < 0.001 {
 				atOnce++
 			}
@@ -207,19 +195,12 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 			c.Deferred++
 		}
 	}
-	if len(lates) > 0 {
-		slices.Sort(lates)
-		c.P99Late = time.Duration(lates[(len(lates)*99+99)/100-1] * float64(time.Second))
-	}
+	slices.Sort(lates)
+	c.P99Late = stats.Percentile(lates, 99)
 	// With a backlog a job waits for its slot; one that did not found the pace behind the clock: no
 	// handler had asked for the slots between (each such gap is budget unused).
 	t.Logf("%d of %d jobs sent on a reserved slot got it at once (waited < 1ms)", atOnce, len(lates))
 	return c
-}
-
-// quantile is the q-quantile of sorted durations (the smallest with at least q of them at or below it).
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	return sorted[max(int(math.Ceil(q*float64(len(sorted))))-1, 0)]
 }
 
 // logAfterSlot logs how long after their slots requests reached the provider (sorted, from watchSlots),
@@ -231,8 +212,8 @@ func logAfterSlot(t *testing.T, after []time.Duration, floor time.Duration) {
 	over := func(d time.Duration) int {
 		return len(after) - sort.Search(len(after), func(i int) bool { return after[i] > d })
 	}
-	t.Logf("arrival after the slot, %d requests: p50 %v, p99 %v, p99.9 %v, max %v; %d more than half the margin floor (%v) after, %d more than the floor",
-		len(after), quantile(after, 0.5), quantile(after, 0.99), quantile(after, 0.999), after[len(after)-1], over(floor/2), floor/2, over(floor))
+	t.Logf("arrival after the slot, %d requests: p50 %v, p99 %v, max %v; %d more than half the margin floor (%v) after, %d more than the floor",
+		len(after), stats.Percentile(after, 50), stats.Percentile(after, 99), after[len(after)-1], over(floor/2), floor/2, over(floor))
 }
 
 // sampleMargin reads the provider's margin in force every 250 ms until the returned function is called,

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -132,8 +131,7 @@ type Provider struct {
 	// merchants' accepted requests, in order, each trimmed to the longest merchant window when checked
 	merchants       map[string][]time.Time
 	merchantLongest time.Duration
-	keys            map[string][]byte
-	acceptedAt      map[string]time.Time // when each key was accepted
+	keys            map[string]charge // the accepted (charged) idempotency keys
 	stats           Stats
 	// Runtime faults (POST /faults) and the quiet period the provider's 429s asked for.
 	throttleUntil, downUntil time.Time
@@ -228,7 +226,7 @@ func New(o Options) (*Provider, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string][]byte{}, acceptedAt: map[string]time.Time{}, merchants: map[string][]time.Time{}}
+	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string]charge{}, merchants: map[string][]time.Time{}}
 	for _, w := range o.Limits {
 		p.longest = max(p.longest, w.Per)
 		p.stats.Windows = append(p.stats.Windows, WindowStats{Limit: w.Limit, Per: w.Per.String()})
@@ -260,7 +258,17 @@ func (p *Provider) AcceptedKeys() []string {
 func (p *Provider) AcceptedAt() map[string]time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return maps.Clone(p.acceptedAt)
+	at := make(map[string]time.Time, len(p.keys))
+	for k, c := range p.keys {
+		at[k] = c.at
+	}
+	return at
+}
+
+// charge is an accepted request: its answer, which a replay gets again, and when it arrived.
+type charge struct {
+	answer []byte
+	at     time.Time
 }
 
 // Stats returns a copy of the counters.
@@ -305,7 +313,7 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 	}
 	if stored, ok := p.keys[key]; ok {
 		p.stats.Duplicates++
-		return duplicate, stored, 0
+		return duplicate, stored.answer, 0
 	}
 	switch r := p.rng.Float64(); {
 	case r < p.o.TimeoutRate:
@@ -361,8 +369,7 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 		p.o.OnAccept(key, now)
 	}
 	resp, _ := json.Marshal(map[string]any{"status": "accepted", "idempotency_key": key, "accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
-	p.keys[key] = resp
-	p.acceptedAt[key] = now
+	p.keys[key] = charge{resp, now}
 	return accept, resp, 0
 }
 

@@ -5,9 +5,9 @@
 // would take any window over its limit gets 429 with Retry-After and counts as a violation (it is not
 // accepted). It deduplicates by the idempotency header: a key seen before gets the stored response and
 // counts as a duplicate, never as a second charge. Injected faults (500s, hung requests) are counted
-// apart. GET /stats reports it all as JSON; GET /keys lists the keys accepted; POST /faults changes the
-// injected faults while it runs (a 429 storm, an outage, a latency, error rates); POST /limits changes
-// its limits.
+// apart. GET /stats reports it all as JSON; GET /keys lists the keys accepted (GET /accepted, with when
+// each arrived); POST /faults changes the injected faults while it runs (a 429 storm, an outage, a
+// latency, error rates); POST /limits changes its limits.
 //
 // # worker provider-sim
 //

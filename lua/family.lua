@@ -299,21 +299,18 @@ end
 -- write queues cmd key, then up to 4 arguments (none nil but the unused last ones).
 local function write(cmd, key, a, b, c, d)
   open_write(cmd, key)
-  if a == nil then return end
-  local t = wtop + 1
-  wq[t] = a
-  if b ~= nil then
-    t = t + 1
-    wq[t] = b
-    if c ~= nil then
-      t = t + 1
-      wq[t] = c
-      if d ~= nil then
-        t = t + 1
-        wq[t] = d
-      end
-    end
-  end
+  local t = wtop
+  if a ~= nil then t = t + 1; wq[t] = a end
+  if b ~= nil then t = t + 1; wq[t] = b end
+  if c ~= nil then t = t + 1; wq[t] = c end
+  if d ~= nil then t = t + 1; wq[t] = d end
+  wtop = t
+end
+-- write_range queues cmd key, then list[i..j] as its arguments.
+local function write_range(cmd, key, list, i, j)
+  open_write(cmd, key)
+  local t = wtop
+  for k = i, j do wq[t + 1], t = list[k], t + 1 end
   wtop = t
 end
 -- drop_writes drops the writes queued after the first k.
@@ -339,23 +336,22 @@ local function start()
   return nil
 end
 
--- write_members queues cmd key <prefix...> then members (and for ZADD a score before each), split into
--- calls of at most 1000 members.
+-- write_members queues cmd key then members (for ZADD a score before each), split into calls of at most
+-- 2000 arguments after the key.
 local function write_members(cmd, key, members, score)
   local n = #members
   if n == 1 then -- the common case: a job of cost 1
     if score then return write(cmd, key, score, members[1]) end
     return write(cmd, key, members[1])
   end
-  local step = 2000
-  if score then step = 1000 end
-  for j = 1, n, step do
+  if not score then
+    for j = 1, n, 2000 do write_range(cmd, key, members, j, math.min(j + 1999, n)) end
+    return
+  end
+  for j = 1, n, 1000 do
     open_write(cmd, key)
     local t = wtop
-    for k = j, math.min(j + step - 1, n) do
-      if score then wq[t + 1], t = score, t + 1 end
-      wq[t + 1], t = members[k], t + 1
-    end
+    for k = j, math.min(j + 999, n) do wq[t + 1], wq[t + 2], t = score, members[k], t + 2 end
     wtop = t
   end
 end
@@ -658,14 +654,30 @@ local function newest_slot()
   return newest_value
 end
 
+-- put_members names the id's members for an admission of cost n into buf after position k, each after
+-- score unless it is nil, and returns the new end: the id for the first unit, then id\0u for each unit u
+-- (algo.per_unit) or id\0n for the rest together.
+local function put_members(buf, k, n, score)
+  local last = math.max(n, 1)
+  if not algo.per_unit then last = math.min(last, 2) end
+  for u = 1, last do
+    if score then buf[k + 1], k = score, k + 1 end
+    if u == 1 then
+      buf[k + 1] = id
+    elseif algo.per_unit then
+      buf[k + 1] = id .. '\0' .. u
+    else
+      buf[k + 1] = id .. '\0' .. n
+    end
+    k = k + 1
+  end
+  return k
+end
+
 -- members_of names the id's members for an admission of cost n.
 local function members_of(n)
-  local members = {id}
-  if algo.per_unit then
-    for k = 2, n do members[k] = id .. '\0' .. k end
-  elseif n > 1 then
-    members[2] = id .. '\0' .. n
-  end
+  local members = {}
+  put_members(members, 0, n)
   return members
 end
 
@@ -674,13 +686,8 @@ end
 -- latest slot. Every slot in the record is at most reset_after from now (the newest admission is what
 -- sets it), so that expiry never cuts a later entry short.
 local function record(slot, n, marker)
-  local rec, k, score = C.rec, C.nrec, int(slot)
-  rec[k + 1], rec[k + 2], k = score, id, k + 2
-  if algo.per_unit then
-    for u = 2, n do rec[k + 1], rec[k + 2], k = score, id .. '\0' .. u, k + 2 end
-  elseif n > 1 then
-    rec[k + 1], rec[k + 2], k = score, id .. '\0' .. n, k + 2
-  end
+  local rec, score = C.rec, int(slot)
+  local k = put_members(rec, C.nrec, n, score)
   if marker then rec[k + 1], rec[k + 2], k = score, marker, k + 2 end
   C.nrec = k
   if slot > C.last then C.last = slot end
@@ -901,20 +908,13 @@ local function finish()
   if C.admitted then
     trim()
     local rec, n = C.rec, C.nrec
-    for j = 1, n, 2000 do
-      open_write('ZADD', ids)
-      local t = wtop
-      for k = j, math.min(j + 1999, n) do wq[t + 1], t = rec[k], t + 1 end
-      wtop = t
-    end
+    for j = 1, n, 2000 do write_range('ZADD', ids, rec, j, math.min(j + 1999, n)) end
     algo.save()
     if pace > 0 then write('SET', pace_key, int(C.tat), 'PX', int(math.ceil((C.tat - now) / 1000) + 1000)) end
     expire(ids, (math.max(C.last - now, reset_after()) + dedup) / 1000 + 1000)
   end
-  if next(C.ttl) ~= nil then
-    for key, ttl in pairs(C.ttl) do
-      if (key == flight and C.renew_flight) or redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
-    end
+  for key, ttl in pairs(C.ttl) do
+    if (key == flight and C.renew_flight) or redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
   end
   return flush()
 end

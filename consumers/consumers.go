@@ -17,6 +17,8 @@
 //	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
 //	  since it was reserved (NotePause)
 //	woke late MaxLateTries times     -> slot released, deferred (not an attempt): never sent late
+//	written late all the same        -> sent; its slot moved to when it left (gate.Departed), as it is
+//	  (stalled after the wake-up)         written (TestLateWriteIsRecordedWhereItWent)
 //	gate state lost under the slot   -> slot given up, asked again (NoteLoss, NoteDisconnect)
 //	live limits changed under it     -> woken at once, slot given up, asked again under the new limits
 //	                                    (NoteLimits)
@@ -121,6 +123,9 @@ type Gate interface {
 	Pause(ctx context.Context, provider string, until time.Time) error
 	// Sent records that an admitted job's request was accepted though its delivery was not settled.
 	Sent(ctx context.Context, provider, jobID string) error
+	// Departed records that an admission's request left late after its slot; it returns the new slot
+	// (zero: nothing moved; gate.Limiter.Departed).
+	Departed(ctx context.Context, provider, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error)
 	// ReportLateness tells the gate this worker's p99 lateness on its slots; the margin in force follows
 	// the fleet's (gate.Limiter.ReportLateness).
 	ReportLateness(ctx context.Context, provider, reporter string, p99 time.Duration) (gate.MarginState, error)
@@ -320,6 +325,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var lease string
 	defer func() { w.land(ctx, provider, &lease) }()
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
+	var due time.Time         // the earliest the slot can be, local clock (asking + Delay)
 	shadow := w.cfg.Shadow[provider]
 	if shadow {
 		v = w.shadowDecide(ctx, provider, j.Merchant, gid, j.Cost, &lease)
@@ -361,8 +367,9 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			return
 		}
 		lost, relimited := w.lost(provider, v, asked)
+		due = asked.Add(v.Delay)
 		if !relimited {
-			s.late = time.Since(asked.Add(v.Delay))
+			s.late = time.Since(due)
 			w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
 			if v.Delay > 0 {
 				// The fleet's margin follows how late processes wake, which is what a wider margin absorbs:
@@ -430,8 +437,16 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
 	}
+	slot := v.Slot()
+	dctx, departed := ctx, (*departure)(nil)
+	if v.Allowed && !v.Duplicate && !shadow && w.cfg.LateLimit > 0 {
+		dctx, departed = w.watchDeparture(ctx, provider, j.Merchant, gid, slot, due)
+	}
 	start := time.Now()
-	err = w.dispatch[provider].Dispatch(ctx, j)
+	err = w.dispatch[provider].Dispatch(dctx, j)
+	if departed != nil {
+		slot = departed.wait(slot)
+	}
 	if providers.Answered(err) {
 		w.land(ctx, provider, &lease) // the request has ended: the next job held back by the cap may go
 	} else {
@@ -459,7 +474,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			w.pause(ctx, provider, thr.RetryAfter)
 		}
 		if v.Allowed && !v.Duplicate && !v.Moved {
-			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, v.Slot())
+			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, slot)
 		}
 		if v.Allowed && !v.Duplicate && !v.Moved && !shadow && !w.cfg.Adaptive[provider] {
 			// Sent on its slot, in time, and still too many for the provider: it counted the window with

@@ -21,6 +21,7 @@ import (
 	"github.com/paygate/paygate/consumers/memory"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/testenv"
+	"github.com/paygate/paygate/job"
 	"github.com/paygate/paygate/providers"
 	"github.com/paygate/paygate/providers/sim"
 )
@@ -439,6 +440,63 @@ func TestThrottleReleasesTheUnit(t *testing.T) {
 	}
 	if used := st.Policies[0].Used; used != 0 {
 		t.Fatalf("after a 429 the log holds %d units, want 0 (released)", used)
+	}
+}
+
+// stalled is a dispatcher that stalls before the request of the jobs named is written: the process was
+// starved after its lateness guard let the job go.
+type stalled struct {
+	consumers.Dispatcher
+	by   time.Duration
+	jobs map[string]bool
+}
+
+func (s stalled) Dispatch(ctx context.Context, j *job.Job) error {
+	if s.jobs[j.ID] {
+		time.Sleep(s.by)
+	}
+	return s.Dispatcher.Dispatch(ctx, j)
+}
+
+// A request written later than the lateness guard allows (a stall after the wake-up) is recorded where it
+// went: the request one window on is spaced from when the provider got it. Without the move, b would
+// reach the provider 0.8s after a, at a limit of 1 per 1s. A 429 then releases the unit at its new slot.
+func TestLateWriteIsRecordedWhereItWent(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	const window, margin, stall = time.Second, 100 * time.Millisecond, 300 * time.Millisecond
+	var mu sync.Mutex
+	var arrived []time.Time
+	answer := 200
+	h := newHarness(t, rdb, consumers.Config{MaxInlineWait: 3 * time.Second, LateLimit: margin / 2},
+		provider{name: "acme", limits: []gate.Policy{{Limit: 1, Window: window}}, handler: func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			arrived = append(arrived, time.Now())
+			code := answer
+			mu.Unlock()
+			status(code, "1")(w, r)
+		}})
+	ctx := context.Background()
+	h.dispatch["acme"] = stalled{Dispatcher: h.dispatch["acme"], by: stall, jobs: map[string]bool{"a": true, "c": true}}
+	for _, id := range []string{"a", "b"} {
+		if got := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body(id, "acme")) }); got.Kind != "ack" {
+			t.Fatalf("%s: %+v, want acked", id, got)
+		}
+	}
+	mu.Lock()
+	if len(arrived) != 2 || arrived[1].Sub(arrived[0]) < window {
+		mu.Unlock()
+		t.Fatalf("arrivals %v: want 2, a window apart at least", arrived)
+	}
+	answer = 429
+	mu.Unlock()
+	h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("c", "acme")) })
+	st, err := h.gate.Status(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Policies[0].Used; used != 0 {
+		t.Fatalf("after c's 429 the window holds %d units, want 0 (c's released at its moved slot)", used)
 	}
 }
 

@@ -128,6 +128,10 @@ func (g *fakeGate) Sent(_ context.Context, provider, jobID string) error {
 	return nil
 }
 
+func (g *fakeGate) Departed(context.Context, string, string, string, time.Time, time.Duration) (time.Time, error) {
+	return time.Time{}, nil // the outcomes' provider is no HTTP server: no request is written
+}
+
 func (g *fakeGate) Land(_ context.Context, provider, lease string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -154,7 +154,7 @@ func newFamily(a Algorithm, part string) *family {
 // function is the name of f's function for op (ARGV[1]).
 func (f *family) function(op any) string {
 	switch op {
-	case "release":
+	case "release", "depart":
 		return f.fnRelease
 	case "status", "merchants":
 		return f.fnRO

@@ -1271,6 +1271,35 @@ func (l *Limiter) ReleaseFor(ctx context.Context, providerName, merchant, jobID 
 	return n, err
 }
 
+// Departed records that the request of an admission (ReserveFor's, at slot) left late: at most late after
+// its slot. Under SlidingLog the job's units move to slot + late (no later than the Redis clock's now), so
+// that the log holds when the provider got the request: a slot decided after this counts it there, and
+// the request one window on is spaced from when this one left, not from when it should have. It returns
+// the admission's new slot, the one Release then takes (zero: nothing moved; the id is not in the log at
+// slot, or late does not reach past it). The other algorithms keep no time per unit: for them it moves
+// nothing and returns zero. A caller that wakes on time but sends late (a stalled process, a slow
+// connection pool) calls it once the request is written; what its estimate of late may overstate only
+// spends budget, never more than the limit.
+func (l *Limiter) Departed(ctx context.Context, providerName, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error) {
+	if err := checkID(jobID); err != nil {
+		return time.Time{}, err
+	}
+	if slot.IsZero() || late < 0 {
+		return time.Time{}, invalidf("gate: departed needs the admission's slot and a lateness >= 0, got %v and %s", slot, late)
+	}
+	var at int64
+	err := l.inForce(ctx, providerName, func(p provider) (err error) {
+		if at, err = l.run(ctx, p, p.merchantOf(merchant), "depart", jobID, 1, slot.UnixMicro(), late.Microseconds(), 0).Int64(); err != nil {
+			return fmt.Errorf("gate: depart %s/%s: %w", providerName, jobID, err)
+		}
+		return nil
+	})
+	if err != nil || at == 0 {
+		return time.Time{}, err
+	}
+	return time.UnixMicro(at), nil
+}
+
 // run calls the provider's script under the margin in force: op, then ARGV[2..6] as given, then the
 // provider's own arguments (and the merchant's, when mc is not nil).
 func (l *Limiter) run(ctx context.Context, p provider, mc *merchantCall, op string, jobID string, args ...any) *redis.Cmd {

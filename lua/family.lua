@@ -32,12 +32,15 @@
 --                                                expires. Its name also gives the warm-up's announcement
 --                                                channel, <prefix>:pauses, and the provider's name
 --
--- ARGV[1] -> op: 'reserve', 'release', 'status' or 'merchants' (the last two change nothing), or 'batch' (below)
+-- ARGV[1] -> op: 'reserve', 'release', 'depart', 'status' or 'merchants' (the last two change nothing), or
+--            'batch' (below)
 -- ARGV[2] -> job id: 1..600 bytes, no NUL ('' for status)
--- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve; release and status ignore it)
+-- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve; the other ops ignore it)
 -- ARGV[4] -> reserve: max wait µs (the latest acceptable slot is now + max wait); release: the slot (µs) the
---            caller was admitted at, 0 for wherever the id is
--- ARGV[5] -> stale µs: a duplicate whose slot is more than this before now is moved; 0: never (reserve)
+--            caller was admitted at, 0 for wherever the id is; depart: the slot (µs) it was admitted at
+-- ARGV[5] -> reserve: stale µs: a duplicate whose slot is more than this before now is moved; 0: never.
+--            depart: late µs: the request left at most this long after its slot (the caller's estimate,
+--            never early); the other ops: 0
 -- ARGV[6] -> force: 1 admits now whatever the budget (token_bucket only; see its file), else 0
 -- ARGV[7] -> the job's merchant ('' for none): an admission records it in KEYS[#KEYS-4]
 -- ARGV[8] -> the settings S: whole numbers >= 0 separated by single spaces, S[1] S[2] ... as below. They
@@ -111,6 +114,12 @@
 --                   (a duplicate let go)
 -- release returns the number of the id's units that left the record (0: not there, at another slot, or
 --   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
+-- depart records that the request of an admission left late: the id's units move from its slot (ARGV[4])
+--   to min(slot + late, now), so that the record shows when the provider got it and no later slot is
+--   decided as if it had gone on time. Moving an entry later, to no later than now, frees no room for any
+--   slot still to be decided (every window they count ends at now or after). Returns the new slot (µs), or
+--   0 when nothing moved: the id is not in the record at that slot, late is not past it, or the algorithm
+--   keeps no time per unit (only sliding_log defines algo.depart; the others keep the units at the slot)
 -- merchants returns {now_us, seen, merchant, slot_us, ...}: seen = merchants in KEYS[#KEYS-4] admitted within
 --   the last minute (or dedup, if longer), then the newest ARGV[4] of them (name, newest slot), newest first
 -- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
@@ -142,6 +151,8 @@
 --   algo.reset_after()        -> µs until the budget is entirely unused
 --   algo.status()             -> {{used, reserved, remaining, reset_after_us}, ...} one per policy
 --   algo.save()               queue the writes of what changed, with expiry
+--   algo.depart(slot, at, members) (optional) move the job's units, the id record's members (queued
+--                             already), from slot to at (slot < at <= now) in the algorithm's own state
 --
 -- Numbers Redis parses as integers (HSET of counts, PEXPIRE, scores) are formatted with %d; fractions (a
 -- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
@@ -233,8 +244,8 @@ local function begin(keys, argv, o, stale_arg, settings_arg, nargs_ok)
   ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
   merchants, live, flight, pace_key, epoch = KEYS[nk - 4], KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
   op = o
-  if op ~= 'reserve' and op ~= 'release' and op ~= 'status' and op ~= 'merchants' then
-    return bad('op must be reserve, release, status or merchants', op)
+  if op ~= 'reserve' and op ~= 'release' and op ~= 'depart' and op ~= 'status' and op ~= 'merchants' then
+    return bad('op must be reserve, release, depart, status or merchants', op)
   end
   if not nargs_ok then return bad('want 8 arguments', #argv) end
   stale = tonumber(stale_arg)
@@ -941,6 +952,19 @@ local function run()
     return reply
   end
 
+  if op == 'depart' then
+    if not algo.depart then return 0 end
+    local prev = lookup()
+    local at = math.min(arg4 + stale, now)
+    if not prev or prev ~= arg4 or at <= prev then return 0 end
+    local members = units_at(prev)
+    write_members('ZADD', ids, members, int(at))
+    algo.depart(prev, at, members)
+    local ttl = math.ceil((at + dedup - now) / 1000) + 1000
+    if redis.call('PTTL', ids) < ttl then write('PEXPIRE', ids, int(ttl)) end
+    flush()
+    return at
+  end
   algo.load(true)
   if op == 'release' then
     local prev, marked = lookup()
@@ -1019,7 +1043,7 @@ local function paygate(keys, argv)
 end
 
 -- serving returns an entry point for the ops named only: the library registers one function per set of
--- flags (gate.go's family): paygate_release (allow-oom: a release only gives back) and paygate_ro (no-writes:
+-- flags (gate.go's family): paygate_release (allow-oom: a release only gives back, a departure only moves) and paygate_ro (no-writes:
 -- status and merchants read).
 local function serving(ops)
   return function(keys, argv)
@@ -1028,5 +1052,5 @@ local function serving(ops)
     return paygate(keys, argv)
   end
 end
-local paygate_release = serving({release = true})
+local paygate_release = serving({release = true, depart = true})
 local paygate_ro = serving({status = true, merchants = true})

@@ -197,6 +197,15 @@ function algo.status()
   return out
 end
 
+-- depart moves the job's units in the merchant's log too, when they are there at slot (admitted with its
+-- limits in force), and keeps the log until the new slot plus dedup.
+function algo.depart(slot, at, members)
+  if not mlog or tonumber(redis.call('ZSCORE', mlog, id) or nil) ~= slot then return end
+  write_members('ZADD', mlog, members, int(at))
+  local ttl = math.ceil((at + dedup - now) / 1000) + 1000
+  if redis.call('PTTL', mlog) < ttl then write('PEXPIRE', mlog, int(ttl)) end
+end
+
 -- save keeps the merchant's log in step with KEYS[1]: the units that left it (a release or a move) leave,
 -- the job's new ones come in, and what no policy counts any more is trimmed. A merchant's job is decided
 -- alone (no batch), so removed and the admissions hold its own entries, at most one each.

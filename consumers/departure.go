@@ -1,0 +1,67 @@
+package consumers
+
+import (
+	"context"
+	"net/http/httptrace"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// departure is one request's watch on when it was written (httptrace's WroteRequest). The lateness guard
+// runs as the job wakes; a process stalled after it (a starved CPU, a GC pause, a slow connection pool)
+// can still write the request later than the margin allows for. Written more than LateLimit after its
+// slot, the request's entry in the gate moves to when it left (gate.Limiter.Departed), at once: the
+// slots decided from then on are spaced from when the provider got it, not from when it should have.
+// Slots already handed out cannot be recalled; the sooner the move, the fewer of those there are.
+type departure struct {
+	once sync.Once
+	done chan struct{}
+	at   time.Time // the admission's new slot; zero: not moved
+}
+
+// watchDeparture returns ctx with the watch of the request for the admission of gid at slot, due (local
+// clock) at the earliest.
+func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid string, slot, due time.Time) (context.Context, *departure) {
+	d := &departure{}
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+		late := time.Since(due)
+		if late <= w.cfg.LateLimit {
+			return
+		}
+		// Only the first late write moves the entry: the transport writes again only when a reused
+		// connection failed at once, and that retry is later by a round trip at most.
+		d.once.Do(func() {
+			d.done = make(chan struct{})
+			go func() {
+				defer close(d.done)
+				// Not cut short by the request's end or a shutdown: the provider has the request.
+				at, err := w.gate.Departed(context.WithoutCancel(ctx), provider, merchant, gid, slot, late)
+				if err != nil {
+					w.redisLog.warn(w.log, "a request written late could not be recorded where it went", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
+					return
+				}
+				if !at.IsZero() {
+					d.at = at
+					w.metrics.decisions.WithLabelValues(provider, "departed").Inc()
+				}
+			}()
+		})
+	}}
+	return httptrace.WithClientTrace(ctx, trace), d
+}
+
+// wait waits for the move the request's write began, if any, and returns the admission's slot: moved, or
+// slot as it was.
+func (d *departure) wait(slot time.Time) time.Time {
+	d.once.Do(func() {}) // a write after Dispatch returned (the answer came first) moves nothing
+	if d.done == nil {
+		return slot
+	}
+	<-d.done
+	if d.at.IsZero() {
+		return slot
+	}
+	return d.at
+}

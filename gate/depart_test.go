@@ -1,0 +1,134 @@
+package gate_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+// A request that left late (a worker stalled between its wake-up and the write) is recorded where it
+// went: the log's entry moves to slot + late, and the request one window on is spaced from there. Without
+// the move, b would go at a's slot + window + margin, within a window of when a reached the provider.
+func TestDepartedMovesTheEntry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const window, margin, late = time.Second, 10 * time.Millisecond, 40 * time.Millisecond
+		l := newLimiter(t, rdb, margin, pol(1, window))
+		a := mustReserve(t, l, "a", 1, 0)
+		if !a.Allowed {
+			t.Fatalf("a: %+v", a)
+		}
+		time.Sleep(late + 10*time.Millisecond) // sent late: the request leaves after now
+		for _, c := range []struct {
+			name string
+			id   string
+			slot time.Time
+			late time.Duration
+		}{
+			{"another slot", "a", a.Slot().Add(time.Microsecond), late},
+			{"not in the log", "z", a.Slot(), late},
+			{"on time", "a", a.Slot(), 0},
+		} {
+			if at, err := l.Departed(ctx, prov, "", c.id, c.slot, c.late); err != nil || !at.IsZero() {
+				t.Fatalf("%s: departed %v, %v; want nothing moved", c.name, at, err)
+			}
+		}
+		at, err := l.Departed(ctx, prov, "", "a", a.Slot(), late)
+		if err != nil || !at.Equal(a.Slot().Add(late)) {
+			t.Fatalf("departed: %v, %v; want a's slot + %s (%v)", at, err, late, a.Slot().Add(late))
+		}
+		if log := readLog(t, rdb, l); len(log) != 1 || log[0].slot != at.UnixMicro() {
+			t.Fatalf("log after the departure: %+v, want a at %d", log, at.UnixMicro())
+		}
+		keys, _ := l.Keys(prov)
+		if ttl := rdb.PTTL(ctx, keys[0]).Val(); ttl < time.Until(at.Add(window+margin))-100*time.Millisecond {
+			t.Fatalf("log kept %v, want at least until the new slot + window + margin", ttl)
+		}
+		b := mustReserve(t, l, "b", 1, 5*time.Second)
+		if want := at.Add(window + margin); !b.Allowed || !b.Slot().Equal(want) {
+			t.Fatalf("b: %+v at %v, want admitted at the departure + window + margin, %v", b, b.Slot(), want)
+		}
+		// Release follows the entry: the old slot no longer names it, the new one does.
+		if n, err := l.Release(ctx, prov, "a", 1, a.Slot()); err != nil || n != 0 {
+			t.Fatalf("release at the old slot: %d, %v; want 0", n, err)
+		}
+		if n, err := l.Release(ctx, prov, "a", 1, at); err != nil || n != 1 {
+			t.Fatalf("release at the new slot: %d, %v; want 1", n, err)
+		}
+	})
+}
+
+// A departure is never recorded in the future: an estimate past the Redis clock's now is cut to now. Every
+// unit of a job moves, in the merchant's log too.
+func TestDepartedCostAndMerchant(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newAlgoOpts(t, rdb, gate.Options{}, merchantProvider(gate.SlidingLog))
+		v, err := l.ReserveFor(ctx, prov, "big", "a", 3, 0)
+		if err != nil || !v.Allowed {
+			t.Fatalf("a: %+v, %v", v, err)
+		}
+		keys, _ := l.Keys(prov)
+		mlog := strings.TrimSuffix(keys[0], ":log") + ":m:big:log"
+		if s, err := rdb.ZScore(ctx, mlog, "a").Result(); err != nil || int64(s) != v.Slot().UnixMicro() {
+			t.Fatalf("a in the merchant's log %s: %v, %v", mlog, s, err)
+		}
+		before := redisTime(t, rdb)
+		at, err := l.Departed(ctx, prov, "big", "a", v.Slot(), time.Hour)
+		after := redisTime(t, rdb)
+		if err != nil || at.UnixMicro() < before || at.UnixMicro() > after {
+			t.Fatalf("departed an hour late: %v, %v; want the Redis clock's now, in [%d, %d]", at, err, before, after)
+		}
+		for _, log := range []string{keys[0], mlog} {
+			got, err := rdb.ZRangeWithScores(ctx, log, 0, -1).Result()
+			if err != nil || len(got) != 3 {
+				t.Fatalf("%s: %v, %v; want a's 3 units", log, got, err)
+			}
+			for _, z := range got {
+				if int64(z.Score) != at.UnixMicro() {
+					t.Fatalf("%s: %v at %d, want every unit at %d", log, z.Member, int64(z.Score), at.UnixMicro())
+				}
+			}
+		}
+	})
+}
+
+// The other algorithms keep no time per unit: a departure changes nothing there (on real Redis: the
+// snapshot DUMPs every key).
+func TestDepartedKeepsCounters(t *testing.T) {
+	for _, b := range backends(t) {
+		for _, algo := range gate.Algorithms {
+			if algo != gate.SlidingLog {
+				t.Run(b.name+"/"+string(algo), func(t *testing.T) {
+					t.Parallel()
+					departKeepsCounters(t, b.rdb, algo)
+				})
+			}
+		}
+	}
+}
+
+func departKeepsCounters(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+	ctx := context.Background()
+	l := newAlgo(t, rdb, algo, 0, pol(5, time.Hour))
+	awayFromEdges(t, rdb, algo, time.Minute, time.Hour)
+	v := mustReserve(t, l, "a", 2, 0)
+	if !v.Allowed {
+		t.Fatalf("a: %+v", v)
+	}
+	keys, _ := l.Keys(prov)
+	was := snapshot(t, rdb, keys)
+	began := time.Now()
+	at, err := l.Departed(ctx, prov, "", "a", v.Slot(), time.Second)
+	if err != nil || !at.IsZero() {
+		t.Fatalf("departed: %v, %v; want nothing moved", at, err)
+	}
+	if now := snapshot(t, rdb, keys); !was.same(now, time.Since(began)) {
+		t.Fatalf("state changed:\nbefore %v\nafter  %v", was, now)
+	}
+}

@@ -16,6 +16,8 @@
 //	admission not on enough replicas -> given back, deferred (redis.min_replicas_acked; ErrUnacknowledged)
 //	slot inside a pause announced    -> deferred past the pause, slot released (not an attempt)
 //	  since it was reserved (NotePause)
+//	woke late                        -> sent now if the gate finds room there (Postpone), else slot
+//	                                    released, asked again
 //	woke late MaxLateTries times     -> slot released, deferred (not an attempt): never sent late
 //	written late all the same        -> sent; its slot moved to when it left (gate.Departed), as it is
 //	  (stalled after the wake-up)         written (TestLateWriteIsRecordedWhereItWent)
@@ -126,6 +128,9 @@ type Gate interface {
 	// Departed records that an admission's request left late after its slot; it returns the new slot
 	// (zero: nothing moved; gate.Limiter.Departed).
 	Departed(ctx context.Context, provider, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error)
+	// Postpone moves an admission whose holder woke too late to now, where there is room; it returns
+	// the new slot (zero: no room; gate.Limiter.Postpone).
+	Postpone(ctx context.Context, provider, merchant, jobID string, slot time.Time) (time.Time, error)
 	// ReportLateness tells the gate this worker's p99 lateness on its slots; the margin in force follows
 	// the fleet's (gate.Limiter.ReportLateness).
 	ReportLateness(ctx context.Context, provider, reporter string, p99 time.Duration) (gate.MarginState, error)
@@ -326,6 +331,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	defer func() { w.land(ctx, provider, &lease) }()
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
 	var due time.Time         // the earliest the slot can be, local clock (asking + Delay)
+	var slot time.Time        // the admission's slot, once postponed (Postpone)
 	shadow := w.cfg.Shadow[provider]
 	if shadow {
 		v = w.shadowDecide(ctx, provider, j.Merchant, gid, j.Cost, &lease)
@@ -381,6 +387,17 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		if !lost && !relimited && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {
 			break
 		}
+		if !lost && !relimited && !v.Duplicate && !v.Moved {
+			// Woke too late to use the slot: go now instead, if the gate finds room for the unit there
+			// (every window the move reaches). Given back, the unit would be lost to the window whenever
+			// later slots were handed out meanwhile, as they usually are.
+			began := time.Now()
+			if at, err := w.gate.Postpone(ctx, provider, j.Merchant, gid, v.Slot()); err == nil && !at.IsZero() {
+				w.metrics.decisions.WithLabelValues(provider, "postponed").Inc()
+				slot, due = at, began
+				break
+			}
+		}
 		switch {
 		case lost:
 			// The gate's state was lost (a Redis restart) while the job slept on its slot: the state in
@@ -424,20 +441,22 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			return
 		}
 	}
+	if slot.IsZero() {
+		slot = v.Slot()
+	}
 	wait := w.pausedFor(provider)
-	if held := w.announcedUntil(provider).Sub(v.Slot()); held > wait && !shadow {
+	if held := w.announcedUntil(provider).Sub(slot); held > wait && !shadow {
 		// Another worker was throttled after this slot was handed out, and the slot lies inside its pause
 		// (both times on the Redis clock).
 		wait = held
 	}
 	if wait > 0 {
 		if !v.Duplicate && !v.Moved {
-			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, v.Slot()) // unused: give it back (best effort)
+			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, slot) // unused: give it back (best effort)
 		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
 		return
 	}
-	slot := v.Slot()
 	dctx, departed := ctx, (*departure)(nil)
 	if v.Allowed && !v.Duplicate && !shadow && w.cfg.LateLimit > 0 {
 		dctx, departed = w.watchDeparture(ctx, provider, j.Merchant, gid, slot, due)

@@ -341,14 +341,15 @@ func TestLatenessGuardEdges(t *testing.T) {
 	if st.Units != 1 {
 		t.Fatalf("%d units in the log, want 1: the redelivery moved its entry, and kept it though late", st.Units)
 	}
-	// A fresh job, always late: after MaxLateTries re-reservations it is never sent late (that could
-	// exceed the limit): it is deferred, not as an attempt, every slot it held given back.
+	// A fresh job, always late: the hour has room for it now, so the gate moves its unit there (Postpone)
+	// and it is sent once, on its unit, none given back or spent twice. (With no room now it would give
+	// the slot back and ask again, and after MaxLateTries be deferred: TestOutcomes.)
 	got = h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("fresh", "acme")) })
-	if got.Kind != "defer" || got.Attempt != 0 || got.Why == nil || !strings.Contains(got.Why.Error(), "half of gate.margin") || h.calls["acme"].Load() != 0 {
-		t.Fatalf("always-late job: %+v, provider calls %d (want deferred, not an attempt, never sent)", got, h.calls["acme"].Load())
+	if got.Kind != "ack" || h.calls["acme"].Load() != 1 {
+		t.Fatalf("always-late fresh job: %+v, provider calls %d (want postponed, sent once)", got, h.calls["acme"].Load())
 	}
-	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 1 {
-		t.Fatalf("%d units after the late job, want 1 (it released every slot it held)", st.Units)
+	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 2 {
+		t.Fatalf("%d units after the late job, want 2 (the redelivery's and its own)", st.Units)
 	}
 }
 

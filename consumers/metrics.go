@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{0, .001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"provider"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paygate_gate_decisions_total", Help: "Gate decisions: allowed, reserved, duplicate, redelivered, denied, late, lost, relimited, unacknowledged, error, departed (a request written late, recorded where it went).",
+			Name: "paygate_gate_decisions_total", Help: "Gate decisions: allowed, reserved, duplicate, redelivered, denied, late, lost, relimited, unacknowledged, error, postponed (a late wake-up sent at once, its unit moved to then), departed (a request written late, recorded where it went).",
 		}, []string{"provider", "decision"}),
 		dispatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "paygate_dispatch_duration_seconds", Help: "Provider request duration, by outcome class.",

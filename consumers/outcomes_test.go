@@ -83,6 +83,9 @@ type fakeGate struct {
 	events    []string // CountEvent: "<provider> <event>"
 	landed    []string // the leases ended
 	landedAt  []time.Time
+	roomNow   bool        // Postpone finds room
+	postponed []time.Time // the slots Postpone was asked to move
+	movedTo   []time.Time // and the slots it moved them to
 }
 
 func (g *fakeGate) ReserveFor(_ context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
@@ -130,6 +133,21 @@ func (g *fakeGate) Sent(_ context.Context, provider, jobID string) error {
 
 func (g *fakeGate) Departed(context.Context, string, string, string, time.Time, time.Duration) (time.Time, error) {
 	return time.Time{}, nil // the outcomes' provider is no HTTP server: no request is written
+}
+
+// Postpone finds room when the gate is told so (roomNow): the new slot is the fake Redis clock's now.
+// Otherwise there is none, and a late wake-up gives its slot back. (The gate's own answer is
+// TestPostpone*'s, on real Redis, and TestLatenessGuardEdges'.)
+func (g *fakeGate) Postpone(_ context.Context, provider, merchant, jobID string, slot time.Time) (time.Time, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.postponed = append(g.postponed, slot)
+	if !g.roomNow {
+		return time.Time{}, nil
+	}
+	g.clock = g.clock.Add(time.Second)
+	g.movedTo = append(g.movedTo, g.clock)
+	return g.clock, nil
 }
 
 func (g *fakeGate) Land(_ context.Context, provider, lease string) error {
@@ -189,7 +207,7 @@ type settled struct {
 
 // calls counts what the core asked of the gate and the provider.
 type calls struct {
-	reserve, release, pause, throttle, sent, dispatch, land int
+	reserve, release, pause, throttle, sent, dispatch, land, postpone int
 }
 
 func TestOutcomes(t *testing.T) {
@@ -213,6 +231,7 @@ func TestOutcomes(t *testing.T) {
 		age      time.Duration // first seen this long ago
 		jobs     int           // deliveries of the job, handled in turn (0: 1)
 		late     time.Duration // Config.LateLimit (0: no limit)
+		roomNow  bool          // the gate's Postpone finds room
 		shadow   bool          // the provider is in shadow mode (Config.Shadow)
 		gate     []answer      // nil: allowed now
 		provider []error       // nil: 2xx
@@ -274,13 +293,29 @@ func TestOutcomes(t *testing.T) {
 			calls: calls{reserve: 1, dispatch: 1}},
 
 		// woke late MaxLateTries times -> slot released, deferred (not an attempt): never sent late
-		{name: "woke late every time: deferred, never sent", attempt: 2, late: time.Nanosecond, gate: []answer{allow(0)},
+		{name: "woke late every time, no room now: deferred, never sent", attempt: 2, late: time.Nanosecond, gate: []answer{allow(0)},
 			want:  []settled{{kind: "defer", attempt: 2, after: redisRetry, why: "half of gate.margin"}},
-			calls: calls{reserve: consumers.MaxLateTries, release: consumers.MaxLateTries}},
-		{name: "woke late once: slot given back, asked again, sent", late: 100 * time.Millisecond,
+			calls: calls{reserve: consumers.MaxLateTries, release: consumers.MaxLateTries, postpone: consumers.MaxLateTries}},
+		{name: "woke late once, no room now: slot given back, asked again, sent", late: 100 * time.Millisecond,
 			gate:  []answer{{v: gate.Verdict{Allowed: true}, block: 200 * time.Millisecond}, allow(0)},
 			want:  []settled{{kind: "ack"}},
-			calls: calls{reserve: 2, release: 1, dispatch: 1}},
+			calls: calls{reserve: 2, release: 1, dispatch: 1, postpone: 1}},
+		// woke late -> sent now if the gate finds room there (Postpone), else slot released, asked again
+		{name: "woke late, room now: postponed, sent, nothing given back", late: 100 * time.Millisecond, roomNow: true,
+			gate:  []answer{{v: gate.Verdict{Allowed: true}, block: 200 * time.Millisecond}},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 1, postpone: 1}},
+		{name: "postponed into a pause announced meanwhile: released at the new slot", late: 100 * time.Millisecond, roomNow: true,
+			gate: []answer{{v: gate.Verdict{Allowed: true}, block: 200 * time.Millisecond, during: func(w *consumers.Worker, v gate.Verdict) {
+				w.NotePause("acme", v.Now.Add(90*time.Second)) // past the postponed slot (the fake clock's next second)
+			}}},
+			want:  []settled{{kind: "defer", after: 89 * time.Second, slack: 500 * time.Millisecond, why: "paused"}}, // from the new slot
+			calls: calls{reserve: 1, release: 1, postpone: 1},
+			check: func(t *testing.T, g *fakeGate, _ *fakeProvider) {
+				if len(g.released) != 1 || !g.released[0].slot.Equal(g.clock) {
+					t.Errorf("released %+v, want the postponed slot %v", g.released, g.clock)
+				}
+			}},
 		{name: "a duplicate woke late: its entry is not released", late: time.Nanosecond,
 			gate:  []answer{{v: gate.Verdict{Allowed: true, Duplicate: true}}},
 			want:  []settled{{kind: "defer", after: redisRetry, why: "half of gate.margin"}},
@@ -439,7 +474,7 @@ func TestOutcomes(t *testing.T) {
 			calls: calls{reserve: 1}},
 		{name: "a leased job woke late every time: deferred, each lease ended before asking again", late: time.Nanosecond, gate: []answer{leased(0, "L")},
 			want:  []settled{{kind: "defer", after: redisRetry, why: "woke"}},
-			calls: calls{reserve: 3, release: 3, land: 3}},
+			calls: calls{reserve: 3, release: 3, land: 3, postpone: 3}},
 		{name: "a leased job's request got no answer (a timeout): its lease is left to lapse, not ended",
 			gate: []answer{leased(0, "L")}, provider: []error{fmt.Errorf("acme: %w", context.DeadlineExceeded)},
 			want:  []settled{{kind: "defer", attempt: 1, after: backoffBase, slack: backoffBase, why: "deadline"}},
@@ -463,7 +498,7 @@ func TestOutcomes(t *testing.T) {
 			if answers == nil {
 				answers = []answer{allow(0)}
 			}
-			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0)}
+			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0), roomNow: tt.roomNow}
 			p := &fakeProvider{answers: tt.provider}
 			w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: maxInlineWait, MaxAttempts: maxAttempts,
 				MaxDeferralAge: maxAge, ShutdownTimeout: time.Second, BackoffBase: backoffBase, BackoffMax: time.Minute,
@@ -516,7 +551,7 @@ func TestOutcomes(t *testing.T) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if c := (calls{reserve: len(g.reserved), release: len(g.released), pause: len(g.paused), throttle: g.throttles,
-				sent: len(g.sent), dispatch: len(p.jobs), land: len(g.landed)}); c != tt.calls {
+				sent: len(g.sent), dispatch: len(p.jobs), land: len(g.landed), postpone: len(g.postponed)}); c != tt.calls {
 				t.Errorf("calls %+v, want %+v", c, tt.calls)
 			}
 			// Every reservation is the job's, for its attempt, at its cost and the max wait; every release
@@ -527,6 +562,9 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("reserved %q cost %d max wait %v, want %q cost 2 max wait %v", r.id, r.cost, r.maxWait, consumers.GateID("pay-1", tt.attempt), maxInlineWait)
 				}
 				slots[r.v.Slot()] = true
+			}
+			for _, at := range g.movedTo {
+				slots[at] = true
 			}
 			for _, r := range g.released {
 				if r.id != consumers.GateID("pay-1", tt.attempt) || r.cost != 2 || !slots[r.slot] {

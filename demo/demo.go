@@ -421,6 +421,11 @@ func (c countingGate) Sent(ctx context.Context, provider, jobID string) error {
 	return c.g.Sent(ctx, provider, jobID)
 }
 
+func (c countingGate) Postpone(ctx context.Context, provider, merchant, jobID string, slot time.Time) (time.Time, error) {
+	c.st.call(provider, gate.Verdict{}, false)
+	return c.g.Postpone(ctx, provider, merchant, jobID, slot)
+}
+
 func (c countingGate) Departed(ctx context.Context, provider, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error) {
 	c.st.call(provider, gate.Verdict{}, false)
 	return c.g.Departed(ctx, provider, merchant, jobID, slot, late)

@@ -132,3 +132,73 @@ func departKeepsCounters(t *testing.T, rdb redis.UniversalClient, algo gate.Algo
 		t.Fatalf("state changed:\nbefore %v\nafter  %v", was, now)
 	}
 }
+
+// A holder that woke too late to use its slot goes now instead where the move keeps every window within
+// its limit: the log then counts it at now, and the slot one window on is spaced from there.
+func TestPostponeWhereItFits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const window, margin = time.Second, 10 * time.Millisecond
+		l := newLimiter(t, rdb, margin, pol(2, window))
+		a := mustReserve(t, l, "a", 1, 0)
+		time.Sleep(30 * time.Millisecond) // woke late
+		before := redisTime(t, rdb)
+		at, err := l.Postpone(ctx, prov, "", "a", a.Slot())
+		after := redisTime(t, rdb)
+		if err != nil || at.UnixMicro() < before || at.UnixMicro() > after {
+			t.Fatalf("postpone a: %v, %v; want the Redis clock's now, in [%d, %d]", at, err, before, after)
+		}
+		if b := mustReserve(t, l, "b", 1, 0); !b.Allowed {
+			t.Fatalf("b: %+v, want the window's second unit", b)
+		}
+		c := mustReserve(t, l, "c", 1, 5*time.Second)
+		if want := at.Add(window + margin); !c.Allowed || !c.Slot().Equal(want) {
+			t.Fatalf("c: %+v at %v, want a's new slot + window + margin, %v", c, c.Slot(), want)
+		}
+		if at, err := l.Postpone(ctx, prov, "", "c", c.Slot()); err != nil || !at.IsZero() {
+			t.Fatalf("postpone c before its slot: %v, %v; want nothing moved", at, err)
+		}
+	})
+}
+
+// Where slots after the late one already fill a window the move would reach, nothing moves: a at now
+// would share c's window with b and c, three at a limit of 2.
+func TestPostponeRefusedWithoutRoom(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const window, margin = time.Second, 10 * time.Millisecond
+		l := newLimiter(t, rdb, margin, pol(2, window))
+		a := mustReserve(t, l, "a", 1, 0)
+		time.Sleep(2 * time.Millisecond)
+		if b := mustReserve(t, l, "b", 1, 0); !b.Allowed || !b.Slot().After(a.Slot()) {
+			t.Fatalf("b: %+v, want admitted after a", b)
+		}
+		c := mustReserve(t, l, "c", 1, 5*time.Second)
+		if want := a.Slot().Add(window + margin); !c.Allowed || !c.Slot().Equal(want) {
+			t.Fatalf("c: %+v, want a's slot + window + margin", c)
+		}
+		time.Sleep(30 * time.Millisecond)
+		if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
+			t.Fatalf("postpone a: %v, %v; want refused", at, err)
+		}
+		if log := readLog(t, rdb, l); len(log) != 3 || log[0].id != "a" || log[0].slot != a.Slot().UnixMicro() {
+			t.Fatalf("log after the refusal: %+v, want a still at its slot", log)
+		}
+	})
+}
+
+// A pause binds a late holder too: it does not go now.
+func TestPostponeRefusedWhilePaused(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newLimiter(t, rdb, 10*time.Millisecond, pol(2, time.Second))
+		a := mustReserve(t, l, "a", 1, 0)
+		if err := l.Pause(ctx, prov, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
+			t.Fatalf("postpone a while paused: %v, %v; want refused", at, err)
+		}
+	})
+}

@@ -1281,15 +1281,35 @@ func (l *Limiter) ReleaseFor(ctx context.Context, providerName, merchant, jobID 
 // connection pool) calls it once the request is written; what its estimate of late may overstate only
 // spends budget, never more than the limit.
 func (l *Limiter) Departed(ctx context.Context, providerName, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error) {
+	if late < 0 {
+		return time.Time{}, invalidf("gate: departed needs a lateness >= 0, got %s", late)
+	}
+	return l.depart(ctx, providerName, merchant, jobID, slot, late, 0)
+}
+
+// Postpone moves an admission (ReserveFor's, at slot) whose holder woke too late to use its slot to the
+// Redis clock's now, where its request is about to leave, if every window the move adds its units to
+// keeps room for them; it returns the new slot, or zero when the move would put a window over its limit
+// (or the id is not in the log at slot). A late wake-up then sends rather than give its unit back, which
+// costs the unit whenever later slots were handed out meanwhile. SlidingLog only, as Departed.
+//
+// Under a backlog reservations reach less than a window ahead, and the move fits; it is refused when the
+// slots after this one, to a window past now, already hold the limit.
+func (l *Limiter) Postpone(ctx context.Context, providerName, merchant, jobID string, slot time.Time) (time.Time, error) {
+	return l.depart(ctx, providerName, merchant, jobID, slot, 0, 1)
+}
+
+// depart runs family.lua's op depart (about: 1 for a request about to leave, Postpone's).
+func (l *Limiter) depart(ctx context.Context, providerName, merchant, jobID string, slot time.Time, late time.Duration, about int) (time.Time, error) {
 	if err := checkID(jobID); err != nil {
 		return time.Time{}, err
 	}
-	if slot.IsZero() || late < 0 {
-		return time.Time{}, invalidf("gate: departed needs the admission's slot and a lateness >= 0, got %v and %s", slot, late)
+	if slot.IsZero() {
+		return time.Time{}, invalidf("gate: a departure needs the admission's slot")
 	}
 	var at int64
 	err := l.inForce(ctx, providerName, func(p provider) (err error) {
-		if at, err = l.run(ctx, p, p.merchantOf(merchant), "depart", jobID, 1, slot.UnixMicro(), late.Microseconds(), 0).Int64(); err != nil {
+		if at, err = l.run(ctx, p, p.merchantOf(merchant), "depart", jobID, 1, slot.UnixMicro(), late.Microseconds(), about).Int64(); err != nil {
 			return fmt.Errorf("gate: depart %s/%s: %w", providerName, jobID, err)
 		}
 		return nil

@@ -41,7 +41,8 @@
 -- ARGV[5] -> reserve: stale µs: a duplicate whose slot is more than this before now is moved; 0: never.
 --            depart: late µs: the request left at most this long after its slot (the caller's estimate,
 --            never early); the other ops: 0
--- ARGV[6] -> force: 1 admits now whatever the budget (token_bucket only; see its file), else 0
+-- ARGV[6] -> reserve: force: 1 admits now whatever the budget (token_bucket only; see its file), else 0.
+--            depart: 1 for a request about to leave, late (see depart), else 0
 -- ARGV[7] -> the job's merchant ('' for none): an admission records it in KEYS[#KEYS-4]
 -- ARGV[8] -> the settings S: whole numbers >= 0 separated by single spaces, S[1] S[2] ... as below. They
 --            change only with the configuration, the live limits or the margin in force, so a function
@@ -119,7 +120,11 @@
 --   decided as if it had gone on time. Moving an entry later, to no later than now, frees no room for any
 --   slot still to be decided (every window they count ends at now or after). Returns the new slot (µs), or
 --   0 when nothing moved: the id is not in the record at that slot, late is not past it, or the algorithm
---   keeps no time per unit (only sliding_log defines algo.depart; the others keep the units at the slot)
+--   keeps no time per unit (only sliding_log defines algo.depart; the others keep the units at the slot).
+--   With ARGV[6] = 1 the request has not left yet: its holder woke too late to use the slot, and asks to
+--   go now instead. The units move to now, and only if the provider is not paused and every window the
+--   move adds them to keeps room for them (algo.fits_late); else nothing moves (0), and the holder gives
+--   the slot back
 -- merchants returns {now_us, seen, merchant, slot_us, ...}: seen = merchants in KEYS[#KEYS-4] admitted within
 --   the last minute (or dedup, if longer), then the newest ARGV[4] of them (name, newest slot), newest first
 -- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
@@ -153,6 +158,8 @@
 --   algo.save()               queue the writes of what changed, with expiry
 --   algo.depart(slot, at, members) (optional) move the job's units, the id record's members (queued
 --                             already), from slot to at (slot < at <= now) in the algorithm's own state
+--   algo.fits_late(slot, at, n) (with depart) -> whether the job's n units, moved from slot to at, keep
+--                             every policy within its limit
 --
 -- Numbers Redis parses as integers (HSET of counts, PEXPIRE, scores) are formatted with %d; fractions (a
 -- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
@@ -956,8 +963,10 @@ local function run()
     if not algo.depart then return 0 end
     local prev = lookup()
     local at = math.min(arg4 + stale, now)
+    if forced then at = now end -- about to leave
     if not prev or prev ~= arg4 or at <= prev then return 0 end
     local members = units_at(prev)
+    if forced and (tonumber(redis.call('GET', pause) or 0) > now or not algo.fits_late(prev, at, #members)) then return 0 end
     write_members('ZADD', ids, members, int(at))
     algo.depart(prev, at, members)
     local ttl = math.ceil((at + dedup - now) / 1000) + 1000

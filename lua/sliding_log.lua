@@ -197,6 +197,20 @@ function algo.status()
   return out
 end
 
+-- fits_late: every window (t - W[i], t] the move adds the units to ends at t >= slot + W[i] (else it held
+-- them already) and before at + W[i] (else it cannot hold at), so lies within (slot, at + W[i]): a count of
+-- that span with room for n is enough. Reservations reach less than a window ahead in the usual case (a
+-- backlog at the rate), and the span then holds fewer than the limit.
+function algo.fits_late(slot, at, n)
+  local in_mlog = mlog ~= nil and tonumber(redis.call('ZSCORE', mlog, id) or nil) == slot
+  for i = 1, P do
+    if i <= PP or in_mlog then
+      if redis.call('ZCOUNT', log_of(i), '(' .. int(slot), '(' .. int(at + W[i])) + n > limits[i] then return false end
+    end
+  end
+  return true
+end
+
 -- depart moves the job's units in the merchant's log too, when they are there at slot (admitted with its
 -- limits in force), and keeps the log until the new slot plus dedup.
 function algo.depart(slot, at, members)

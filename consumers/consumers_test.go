@@ -491,7 +491,9 @@ func TestLateWriteIsRecordedWhereItWent(t *testing.T) {
 	}
 	answer = 429
 	mu.Unlock()
-	h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("c", "acme")) })
+	if got := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("c", "acme")) }); got.Kind != "defer" || h.calls["acme"].Load() != 3 {
+		t.Fatalf("c: %+v after %d requests, want sent, throttled and deferred", got, h.calls["acme"].Load())
+	}
 	st, err := h.gate.Status(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)

@@ -25,19 +25,22 @@ type departure struct {
 // clock) at the earliest.
 func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid string, slot, due time.Time) (context.Context, *departure) {
 	d := &departure{}
-	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		late := time.Since(due)
-		if late <= w.cfg.LateLimit {
-			return
+		if info.Err != nil || late <= w.cfg.LateLimit {
+			return // a write that failed never reached the provider (the transport may write again)
 		}
-		// Only the first late write moves the entry: the transport writes again only when a reused
-		// connection failed at once, and that retry is later by a round trip at most.
+		// The first whole write moves the entry. The transport writes a request again after a whole
+		// write only when the connection broke before any answer; the provider then has the first.
 		d.once.Do(func() {
 			d.done = make(chan struct{})
 			go func() {
 				defer close(d.done)
-				// Not cut short by the request's end or a shutdown: the provider has the request.
-				at, err := w.gate.Departed(context.WithoutCancel(ctx), provider, merchant, gid, slot, late)
+				// Not cut short by the request's end or a shutdown (the provider has the request), but
+				// bounded: the handler waits for it.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), departTimeout)
+				defer cancel()
+				at, err := w.gate.Departed(ctx, provider, merchant, gid, slot, late)
 				if err != nil {
 					w.redisLog.warn(w.log, "a request written late could not be recorded where it went", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
 					return
@@ -51,6 +54,9 @@ func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid str
 	}}
 	return httptrace.WithClientTrace(ctx, trace), d
 }
+
+// departTimeout bounds the move of a late request's entry (a Redis call; the handler waits for it).
+const departTimeout = 5 * time.Second
 
 // wait waits for the move the request's write began, if any, and returns the admission's slot: moved, or
 // slot as it was.

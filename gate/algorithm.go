@@ -154,7 +154,7 @@ func newFamily(a Algorithm, part string) *family {
 // function is the name of f's function for op (ARGV[1]).
 func (f *family) function(op any) string {
 	switch op {
-	case "release", "depart":
+	case "release", "depart": // give back, or move what was sent: no new request (allow-oom)
 		return f.fnRelease
 	case "status", "merchants":
 		return f.fnRO

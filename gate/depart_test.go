@@ -202,3 +202,115 @@ func TestPostponeRefusedWhilePaused(t *testing.T) {
 		}
 	})
 }
+
+// A job of cost n needs room for n: a's 2 units at now would share c's window with b and c, 4 at a limit of
+// 3 (room for one unit would have let it go).
+func TestPostponeCountsTheCost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const window, margin = time.Second, 10 * time.Millisecond
+		l := newLimiter(t, rdb, margin, pol(3, window))
+		a := mustReserve(t, l, "a", 2, 0)
+		time.Sleep(2 * time.Millisecond)
+		if b := mustReserve(t, l, "b", 1, 0); !b.Allowed || !b.Slot().After(a.Slot()) {
+			t.Fatalf("b: %+v, want admitted after a", b)
+		}
+		if c := mustReserve(t, l, "c", 1, 5*time.Second); !c.Allowed || c.Delay < window/2 {
+			t.Fatalf("c: %+v, want a slot a window on", c)
+		}
+		time.Sleep(30 * time.Millisecond)
+		if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
+			t.Fatalf("postpone a (cost 2): %v, %v; want refused", at, err)
+		}
+	})
+}
+
+// A job admitted before its merchant had limits of its own is not in the merchant's log, which those
+// limits count: it is not postponed under them (re-reserved, it is counted there). Without them it is.
+func TestPostponeMerchantLimits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		prefix := uniquePrefix(t)
+		limiter := func(p gate.Provider) *gate.Limiter {
+			l, err := gate.New(rdb, gate.Options{Prefix: prefix, Margin: 10 * time.Millisecond, Providers: map[string]gate.Provider{prov: p}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		before := limiter(gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}})
+		after := limiter(gate.Provider{Policies: []gate.Policy{pol(10, time.Second)},
+			Merchants: map[string]gate.Merchant{"m": {Policies: []gate.Policy{pol(2, time.Second)}}}})
+		a, err := before.ReserveFor(ctx, prov, "m", "a", 1, 0)
+		if err != nil || !a.Allowed {
+			t.Fatalf("a: %+v, %v", a, err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		if at, err := after.Postpone(ctx, prov, "m", "a", a.Slot()); err != nil || !at.IsZero() {
+			t.Fatalf("postpone a under its merchant's new limits: %v, %v; want refused", at, err)
+		}
+		if at, err := before.Postpone(ctx, prov, "m", "a", a.Slot()); err != nil || at.IsZero() {
+			t.Fatalf("postpone a as admitted: %v, %v; want moved", at, err)
+		}
+	})
+}
+
+// A capped job's lease moves with it; one that lapsed meanwhile (its place may have gone to another job)
+// keeps the job from going now.
+func TestPostponeAndTheLease(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		const lease = 300 * time.Millisecond
+		l := newAlgoOpts(t, rdb, gate.Options{Margin: 10 * time.Millisecond}, gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}, MaxInFlight: 2, Lease: lease})
+		a := mustReserve(t, l, "a", 1, 0)
+		b := mustReserve(t, l, "b", 1, 0)
+		time.Sleep(30 * time.Millisecond)
+		at, err := l.Postpone(ctx, prov, "", "a", a.Slot())
+		if err != nil || at.IsZero() {
+			t.Fatalf("postpone a: %v, %v; want moved", at, err)
+		}
+		keys, _ := l.Keys(prov)
+		flight := strings.TrimSuffix(keys[0], ":log") + ":flight"
+		got, err := rdb.ZRangeWithScores(ctx, flight, 0, -1).Result()
+		if err != nil || len(got) != 2 {
+			t.Fatalf("leases %v, %v; want a's and b's", got, err)
+		}
+		for _, z := range got {
+			m := z.Member.(string)
+			if strings.HasPrefix(m, "a\x00") && int64(z.Score) != at.Add(lease).UnixMicro() {
+				t.Fatalf("a's lease lapses at %d, want its new slot + lease, %d", int64(z.Score), at.Add(lease).UnixMicro())
+			}
+			if strings.HasPrefix(m, "b\x00") && int64(z.Score) != b.Slot().Add(lease).UnixMicro() {
+				t.Fatalf("b's lease moved to %d", int64(z.Score))
+			}
+		}
+		time.Sleep(lease + 50*time.Millisecond) // b's lease lapsed
+		if at, err := l.Postpone(ctx, prov, "", "b", b.Slot()); err != nil || !at.IsZero() {
+			t.Fatalf("postpone b after its lease lapsed: %v, %v; want refused", at, err)
+		}
+	})
+}
+
+// A state lost (no epoch: a restart without persistence) holds a postponement as it would a reserve, which
+// then begins the warm-up.
+func TestPostponeRefusedWhenStateLost(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newAlgoOpts(t, rdb, gate.Options{Margin: 10 * time.Millisecond, WarmUp: true}, gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}})
+		a := mustReserve(t, l, "a", 1, 0) // the first decision begins a warm-up
+		if !a.Allowed {
+			a = mustReserve(t, l, "a", 1, 10*time.Second)
+		}
+		if !a.Allowed {
+			t.Fatalf("a: %+v", a)
+		}
+		time.Sleep(time.Until(a.Slot()) + 30*time.Millisecond)
+		keys, _ := l.Keys(prov)
+		if n, err := rdb.Del(ctx, keys[len(keys)-1]).Result(); err != nil || n != 1 {
+			t.Fatalf("deleting the epoch %s: %d, %v", keys[len(keys)-1], n, err)
+		}
+		if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
+			t.Fatalf("postpone a with the state lost: %v, %v; want refused", at, err)
+		}
+	})
+}

@@ -1284,23 +1284,28 @@ func (l *Limiter) Departed(ctx context.Context, providerName, merchant, jobID st
 	if late < 0 {
 		return time.Time{}, invalidf("gate: departed needs a lateness >= 0, got %s", late)
 	}
-	return l.depart(ctx, providerName, merchant, jobID, slot, late, 0)
+	return l.depart(ctx, "depart", providerName, merchant, jobID, slot, late)
 }
 
 // Postpone moves an admission (ReserveFor's, at slot) whose holder woke too late to use its slot to the
 // Redis clock's now, where its request is about to leave, if every window the move adds its units to
-// keeps room for them; it returns the new slot, or zero when the move would put a window over its limit
-// (or the id is not in the log at slot). A late wake-up then sends rather than give its unit back, which
-// costs the unit whenever later slots were handed out meanwhile. SlidingLog only, as Departed.
+// keeps room for them; it returns the new slot, or zero when it moves nothing. A late wake-up then sends
+// rather than give its unit back, which costs the unit whenever later slots were handed out meanwhile.
+// SlidingLog only, as Departed.
 //
-// Under a backlog reservations reach less than a window ahead, and the move fits; it is refused when the
-// slots after this one, to a window past now, already hold the limit.
+// Nothing moves where a reserve now would be held back: the provider is paused, or its state was lost or
+// failed over (a warm-up is due: the next reserve begins it), or the admission's in-flight lease lapsed;
+// nor where a window would go over its limit, or (the job of a merchant with limits of its own) the job
+// was admitted before those limits and its merchant's log does not hold it. The in-flight lease moves
+// with the admission. The pace is not asked: a postponed request may go between two paced slots, the
+// windows kept exact. Under a backlog reservations reach less than a window ahead, and the move fits; it
+// is refused when the slots after this one, to a window past now, already hold the limit.
 func (l *Limiter) Postpone(ctx context.Context, providerName, merchant, jobID string, slot time.Time) (time.Time, error) {
-	return l.depart(ctx, providerName, merchant, jobID, slot, 0, 1)
+	return l.depart(ctx, "postpone", providerName, merchant, jobID, slot, 0)
 }
 
-// depart runs family.lua's op depart (about: 1 for a request about to leave, Postpone's).
-func (l *Limiter) depart(ctx context.Context, providerName, merchant, jobID string, slot time.Time, late time.Duration, about int) (time.Time, error) {
+// depart runs family.lua's op depart, or postpone.
+func (l *Limiter) depart(ctx context.Context, op, providerName, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error) {
 	if err := checkID(jobID); err != nil {
 		return time.Time{}, err
 	}
@@ -1309,8 +1314,8 @@ func (l *Limiter) depart(ctx context.Context, providerName, merchant, jobID stri
 	}
 	var at int64
 	err := l.inForce(ctx, providerName, func(p provider) (err error) {
-		if at, err = l.run(ctx, p, p.merchantOf(merchant), "depart", jobID, 1, slot.UnixMicro(), late.Microseconds(), about).Int64(); err != nil {
-			return fmt.Errorf("gate: depart %s/%s: %w", providerName, jobID, err)
+		if at, err = l.run(ctx, p, p.merchantOf(merchant), op, jobID, 1, slot.UnixMicro(), late.Microseconds(), 0).Int64(); err != nil {
+			return fmt.Errorf("gate: %s %s/%s: %w", op, providerName, jobID, err)
 		}
 		return nil
 	})

@@ -32,17 +32,17 @@
 --                                                expires. Its name also gives the warm-up's announcement
 --                                                channel, <prefix>:pauses, and the provider's name
 --
--- ARGV[1] -> op: 'reserve', 'release', 'depart', 'status' or 'merchants' (the last two change nothing), or
---            'batch' (below)
+-- ARGV[1] -> op: 'reserve', 'release', 'depart', 'postpone', 'status' or 'merchants' (the last two change
+--            nothing), or 'batch' (below)
 -- ARGV[2] -> job id: 1..600 bytes, no NUL ('' for status)
 -- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve; the other ops ignore it)
 -- ARGV[4] -> reserve: max wait µs (the latest acceptable slot is now + max wait); release: the slot (µs) the
---            caller was admitted at, 0 for wherever the id is; depart: the slot (µs) it was admitted at
+--            caller was admitted at, 0 for wherever the id is; depart, postpone: the slot (µs) it was
+--            admitted at
 -- ARGV[5] -> reserve: stale µs: a duplicate whose slot is more than this before now is moved; 0: never.
 --            depart: late µs: the request left at most this long after its slot (the caller's estimate,
 --            never early); the other ops: 0
--- ARGV[6] -> reserve: force: 1 admits now whatever the budget (token_bucket only; see its file), else 0.
---            depart: 1 for a request about to leave, late (see depart), else 0
+-- ARGV[6] -> force: 1 admits now whatever the budget (token_bucket only; see its file), else 0 (reserve)
 -- ARGV[7] -> the job's merchant ('' for none): an admission records it in KEYS[#KEYS-4]
 -- ARGV[8] -> the settings S: whole numbers >= 0 separated by single spaces, S[1] S[2] ... as below. They
 --            change only with the configuration, the live limits or the margin in force, so a function
@@ -121,10 +121,13 @@
 --   slot still to be decided (every window they count ends at now or after). Returns the new slot (µs), or
 --   0 when nothing moved: the id is not in the record at that slot, late is not past it, or the algorithm
 --   keeps no time per unit (only sliding_log defines algo.depart; the others keep the units at the slot).
---   With ARGV[6] = 1 the request has not left yet: its holder woke too late to use the slot, and asks to
---   go now instead. The units move to now, and only if the provider is not paused and every window the
---   move adds them to keeps room for them (algo.fits_late); else nothing moves (0), and the holder gives
---   the slot back
+--   The admission's in-flight lease, while it stands, moves with it (it lapses at the new slot + S[8])
+-- postpone is depart for a request that has not left yet: its holder woke too late to use the slot, and
+--   asks to go now instead. The units move to now, and only where a reserve now would find the provider
+--   open (no pause; no warm-up due: the epoch is there, of this history), a capped job's lease still
+--   stands, and every window the move adds the units to keeps room for them (algo.fits_late); else
+--   nothing moves (0) and the holder gives the slot back. The pace is not asked: a postponed unit may go
+--   between two paced slots
 -- merchants returns {now_us, seen, merchant, slot_us, ...}: seen = merchants in KEYS[#KEYS-4] admitted within
 --   the last minute (or dedup, if longer), then the newest ARGV[4] of them (name, newest slot), newest first
 -- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
@@ -251,8 +254,8 @@ local function begin(keys, argv, o, stale_arg, settings_arg, nargs_ok)
   ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
   merchants, live, flight, pace_key, epoch = KEYS[nk - 4], KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
   op = o
-  if op ~= 'reserve' and op ~= 'release' and op ~= 'depart' and op ~= 'status' and op ~= 'merchants' then
-    return bad('op must be reserve, release, depart, status or merchants', op)
+  if op ~= 'reserve' and op ~= 'release' and op ~= 'depart' and op ~= 'postpone' and op ~= 'status' and op ~= 'merchants' then
+    return bad('op must be reserve, release, depart, postpone, status or merchants', op)
   end
   if not nargs_ok then return bad('want 8 arguments', #argv) end
   stale = tonumber(stale_arg)
@@ -761,6 +764,35 @@ local function lookup()
   return prev, redis.call('HGET', sent, id)
 end
 
+-- lease_of is the in-flight lease the id's admission at slot took (S[7] > 0), while it stands: nil when
+-- there is no cap, or it lapsed (its place may have gone to another job since), or it has gone.
+local function lease_of(slot)
+  if max_flight == 0 or now >= slot + lease then return nil end
+  local prefix = id .. '\0'
+  local at = int(slot + lease)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', flight, at, at)) do
+    -- the admission's own: id.."\0"..now_us (a duplicate's is id.."\0d"..now_us)
+    if string.sub(m, 1, #prefix) == prefix and string.find(m, '^%d', #prefix + 1) then return m end
+  end
+  return nil
+end
+
+-- may_postpone tells whether the admission of n units at slot may go at `at` (now) instead: as a reserve
+-- now would find it, the provider is not paused, its state is not lost or from another history (the
+-- warm-up: a reserve begins it, this refuses), a capped job still holds its lease (held), and every
+-- window the move adds the units to has room for them (algo.fits_late). The pace is not asked: the
+-- unit keeps its place in it, and may go between two paced slots; the windows stay exact.
+local function may_postpone(slot, at, n, held)
+  if max_flight > 0 and not held then return false end
+  local got = redis.call('MGET', pause, epoch)
+  if tonumber(got[1] or 0) > now then return false end
+  if warmup > 0 then
+    local was, h = got[2] and string.match(got[2], ' (%w+)$'), current_history()
+    if not got[2] or (was and h ~= '' and was ~= h) then return false end
+  end
+  return algo.fits_late(slot, at, n)
+end
+
 -- A reserve's replies. deny drops the writes the job queued (since `kept`, set as it begins): the call's
 -- own (the trim, a warm-up, the lapsed leases' removal) and the jobs' before it stay.
 local function deny(r)
@@ -959,18 +991,25 @@ local function run()
     return reply
   end
 
-  if op == 'depart' then
+  if op == 'depart' or op == 'postpone' then
     if not algo.depart then return 0 end
     local prev = lookup()
-    local at = math.min(arg4 + stale, now)
-    if forced then at = now end -- about to leave
+    local at = now -- postpone: about to leave
+    if op == 'depart' then at = math.min(arg4 + stale, now) end
     if not prev or prev ~= arg4 or at <= prev then return 0 end
     local members = units_at(prev)
-    if forced and (tonumber(redis.call('GET', pause) or 0) > now or not algo.fits_late(prev, at, #members)) then return 0 end
+    local held = lease_of(prev)
+    if op == 'postpone' and not may_postpone(prev, at, #members, held) then return 0 end
     write_members('ZADD', ids, members, int(at))
     algo.depart(prev, at, members)
     local ttl = math.ceil((at + dedup - now) / 1000) + 1000
     if redis.call('PTTL', ids) < ttl then write('PEXPIRE', ids, int(ttl)) end
+    if held then
+      -- The lease follows the request: it lapses its slack after the request began, as it would have.
+      write('ZADD', flight, 'XX', int(at + lease), held)
+      ttl = math.ceil((at + lease - now) / 1000) + 1000
+      if redis.call('PTTL', flight) < ttl then write('PEXPIRE', flight, int(ttl)) end
+    end
     flush()
     return at
   end
@@ -1052,7 +1091,8 @@ local function paygate(keys, argv)
 end
 
 -- serving returns an entry point for the ops named only: the library registers one function per set of
--- flags (gate.go's family): paygate_release (allow-oom: a release only gives back, a departure only moves) and paygate_ro (no-writes:
+-- flags (gate.go's family): paygate_release (allow-oom: a release only gives back, a departure only moves
+-- what was sent; a postponement lets a request go, and runs as a reserve does) and paygate_ro (no-writes:
 -- status and merchants read).
 local function serving(ops)
   return function(keys, argv)

@@ -203,6 +203,7 @@ end
 -- backlog at the rate), and the span then holds fewer than the limit.
 function algo.fits_late(slot, at, n)
   local in_mlog = mlog ~= nil and tonumber(redis.call('ZSCORE', mlog, id) or nil) == slot
+  if mlog and not in_mlog then return false end -- admitted before its merchant's limits: not counted there
   for i = 1, P do
     if i <= PP or in_mlog then
       if redis.call('ZCOUNT', log_of(i), '(' .. int(slot), '(' .. int(at + W[i])) + n > limits[i] then return false end

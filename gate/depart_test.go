@@ -162,29 +162,36 @@ func TestPostponeWhereItFits(t *testing.T) {
 }
 
 // Where slots after the late one already fill a window the move would reach, nothing moves: a at now
-// would share c's window with b and c, three at a limit of 2.
+// would share c's window with b and c, one unit over the limit (for a of cost 2, room for one unit would
+// have let it go: the count is of the job's units).
 func TestPostponeRefusedWithoutRoom(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		const window, margin = time.Second, 10 * time.Millisecond
-		l := newLimiter(t, rdb, margin, pol(2, window))
-		a := mustReserve(t, l, "a", 1, 0)
-		time.Sleep(2 * time.Millisecond)
-		if b := mustReserve(t, l, "b", 1, 0); !b.Allowed || !b.Slot().After(a.Slot()) {
-			t.Fatalf("b: %+v, want admitted after a", b)
-		}
-		c := mustReserve(t, l, "c", 1, 5*time.Second)
-		if want := a.Slot().Add(window + margin); !c.Allowed || !c.Slot().Equal(want) {
-			t.Fatalf("c: %+v, want a's slot + window + margin", c)
-		}
-		time.Sleep(30 * time.Millisecond)
-		if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
-			t.Fatalf("postpone a: %v, %v; want refused", at, err)
-		}
-		if log := readLog(t, rdb, l); len(log) != 3 || log[0].id != "a" || log[0].slot != a.Slot().UnixMicro() {
-			t.Fatalf("log after the refusal: %+v, want a still at its slot", log)
-		}
-	})
+	for _, c := range []struct {
+		name        string
+		cost, limit int64
+	}{{"cost 1", 1, 2}, {"cost 2", 2, 3}} {
+		t.Run(c.name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+				ctx := context.Background()
+				const window, margin = time.Second, 10 * time.Millisecond
+				l := newLimiter(t, rdb, margin, pol(c.limit, window))
+				a := mustReserve(t, l, "a", c.cost, 0)
+				time.Sleep(2 * time.Millisecond)
+				if b := mustReserve(t, l, "b", 1, 0); !b.Allowed || !b.Slot().After(a.Slot()) {
+					t.Fatalf("b: %+v, want admitted after a", b)
+				}
+				if v := mustReserve(t, l, "c", 1, 5*time.Second); !v.Allowed || !v.Slot().Equal(a.Slot().Add(window+margin)) {
+					t.Fatalf("c: %+v, want a's slot + window + margin", v)
+				}
+				time.Sleep(30 * time.Millisecond)
+				if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
+					t.Fatalf("postpone a: %v, %v; want refused", at, err)
+				}
+				if log := readLog(t, rdb, l); len(log) != 3 || log[0].id != "a" || log[0].slot != a.Slot().UnixMicro() {
+					t.Fatalf("log after the refusal: %+v, want a still at its slot", log)
+				}
+			})
+		})
+	}
 }
 
 // A pause binds a late holder too: it does not go now.
@@ -199,28 +206,6 @@ func TestPostponeRefusedWhilePaused(t *testing.T) {
 		time.Sleep(30 * time.Millisecond)
 		if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
 			t.Fatalf("postpone a while paused: %v, %v; want refused", at, err)
-		}
-	})
-}
-
-// A job of cost n needs room for n: a's 2 units at now would share c's window with b and c, 4 at a limit of
-// 3 (room for one unit would have let it go).
-func TestPostponeCountsTheCost(t *testing.T) {
-	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		const window, margin = time.Second, 10 * time.Millisecond
-		l := newLimiter(t, rdb, margin, pol(3, window))
-		a := mustReserve(t, l, "a", 2, 0)
-		time.Sleep(2 * time.Millisecond)
-		if b := mustReserve(t, l, "b", 1, 0); !b.Allowed || !b.Slot().After(a.Slot()) {
-			t.Fatalf("b: %+v, want admitted after a", b)
-		}
-		if c := mustReserve(t, l, "c", 1, 5*time.Second); !c.Allowed || c.Delay < window/2 {
-			t.Fatalf("c: %+v, want a slot a window on", c)
-		}
-		time.Sleep(30 * time.Millisecond)
-		if at, err := l.Postpone(ctx, prov, "", "a", a.Slot()); err != nil || !at.IsZero() {
-			t.Fatalf("postpone a (cost 2): %v, %v; want refused", at, err)
 		}
 	})
 }

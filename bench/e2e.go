@@ -43,6 +43,12 @@ func (openGate) ReserveFor(context.Context, string, string, string, int64, time.
 func (openGate) ReleaseFor(context.Context, string, string, string, int64, time.Time) (int64, error) {
 	return 0, nil
 }
+func (openGate) Departed(context.Context, string, string, string, time.Time, time.Duration) (time.Time, error) {
+	return time.Time{}, nil
+}
+func (openGate) Postpone(context.Context, string, string, string, time.Time) (time.Time, error) {
+	return time.Time{}, nil
+}
 func (openGate) Pause(context.Context, string, time.Time) error   { return nil }
 func (openGate) Sent(context.Context, string, string) error       { return nil }
 func (openGate) Land(context.Context, string, string) error       { return nil }

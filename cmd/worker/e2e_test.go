@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -237,10 +238,11 @@ func every(t *testing.T, period time.Duration, fn func(ctx context.Context, at t
 // watchSlots reads the provider's gate id record (every admitted job's slot, on the Redis clock: this
 // machine's) every 200ms, which keeps an entry for at least its window. The function it returns stops it
 // and gives how long after its slot each request the provider accepted reached it (provider-sim's GET
-// /accepted), sorted. That is what the margin absorbs: a request more than the margin later than its
-// window's partner a window on, and the provider counts one too many (docs/gate.md, "The jitter margin").
-// A job that gave its slot back and asked again counts at the slot it went on.
-func (f *fleet) watchSlots(provider string) (afterSlot func() []time.Duration) {
+// /accepted), in order of arrival. That is what the margin absorbs: a request more than the margin later
+// than its window's partner a window on, and the provider counts one too many (docs/gate.md, "The jitter
+// margin"). A job that gave its slot back and asked again, or was postponed or recorded as departed,
+// counts at the slot it went on.
+func (f *fleet) watchSlots(provider string) (afterSlot func() arrivals) {
 	f.t.Helper()
 	_, rdb := f.redis()
 	key := f.gateKeys(provider)[0]
@@ -252,20 +254,52 @@ func (f *fleet) watchSlots(provider string) (afterSlot func() []time.Duration) {
 		}
 	}
 	stop := every(f.t, 200*time.Millisecond, read)
-	return func() []time.Duration {
+	return func() arrivals {
 		stop()
 		read(context.Background(), time.Now())
 		var at map[string]time.Time
 		f.sims[provider].get("/accepted", &at)
-		var d []time.Duration
+		var out arrivals
 		for k, a := range at {
 			if s, ok := slots[k]; ok {
-				d = append(d, a.Sub(s))
+				out = append(out, arrival{key: k, at: a, after: a.Sub(s)})
 			}
 		}
-		slices.Sort(d)
-		return d
+		slices.SortFunc(out, func(a, b arrival) int { return a.at.Compare(b.at) })
+		return out
 	}
+}
+
+// arrival is a request the provider accepted: when, and how long after its slot.
+type arrival struct {
+	key   string
+	at    time.Time
+	after time.Duration
+}
+
+// arrivals are in order of arrival.
+type arrivals []arrival
+
+// afters is how long after its slot each arrived, sorted.
+func (a arrivals) afters() []time.Duration {
+	d := make([]time.Duration, len(a))
+	for i, x := range a {
+		d[i] = x.after
+	}
+	slices.Sort(d)
+	return d
+}
+
+// latest is the n that came latest after their slots among those that arrived within [from, to).
+func (a arrivals) latest(from, to time.Time, n int) arrivals {
+	var in arrivals
+	for _, x := range a {
+		if !x.at.Before(from) && x.at.Before(to) {
+			in = append(in, x)
+		}
+	}
+	slices.SortFunc(in, func(a, b arrival) int { return cmp.Compare(b.after, a.after) })
+	return in[:min(n, len(in))]
 }
 
 // warmUpBegan is when the provider's first decision began the warm-up, from the gate's epoch key ("<began
@@ -785,7 +819,7 @@ func TestFleetExampleSettings(t *testing.T) {
 	st := s.Stats()
 	t.Logf("first acceptance %v after the enqueue began; accepted %d in %v, utilisation %.3f, duplicates %d",
 		first.Sub(enqueued).Round(time.Millisecond), ran.Accepted, ran.LastAccepted.Sub(first).Round(time.Millisecond), u, st.Duplicates)
-	logAfterSlot(t, afterSlot(), f.margin)
+	logAfterSlot(t, afterSlot().afters(), f.margin)
 	began := f.warmUpBegan("acme")
 	if began.IsZero() {
 		t.Fatal("no gate epoch for acme: no decision began the warm-up")

@@ -178,9 +178,21 @@ func runFleetCell(t *testing.T, broker, name string, windows []sim.Window, k int
 		c.ColdStart = first.Sub(began)
 	}
 	c.MarginMean = marginMean
-	if after := afterSlot(); len(after) > 0 {
+	arrived := afterSlot()
+	if after := arrived.afters(); len(after) > 0 {
 		c.AfterP99, c.AfterMax = stats.Percentile(after, 99), after[len(after)-1]
 		logAfterSlot(t, after, f.margin)
+	}
+	for _, o := range st.Overs {
+		// Its partners: the requests a window before it, give or take the margin, that came latest after
+		// their slots (one of them came more than the margin late, or the margin in force was thinner).
+		per, err := time.ParseDuration(o.Per)
+		if err != nil {
+			t.Fatalf("over %+v: %v", o, err)
+		}
+		for _, x := range arrived.latest(o.At.Add(-per-2*f.margin), o.At.Add(-per+f.margin), 3) {
+			t.Logf("  a window before that over: %s arrived %v after the first acceptance, %v after its slot", x.key, x.at.Sub(first).Round(time.Millisecond), x.after.Round(10*time.Microsecond))
+		}
 	}
 	ms, err := l.ReadMargin(ctx, "acme")
 	if err != nil {

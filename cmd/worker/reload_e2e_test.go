@@ -81,7 +81,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		f.dumpLogs()
 		// When each arrived against the reload and the referee's switch to 10/1s, and how early.
 		t.Logf("last acceptance before the referee held acme to 10/1s: %v; acme's overs %+v, beta's %+v", at10.LastAccepted, st.Overs, betaSim.Stats().Overs)
-		logAfterSlot(t, afterSlot(), f.margin)
+		logAfterSlot(t, afterSlot().afters(), f.margin)
 		t.Fatalf("violations: acme %d, beta %d", st.Violations, betaSim.Stats().Violations)
 	}
 	if f.logged(0, "providers.acme.limits") == 0 {

@@ -401,6 +401,13 @@ local function current_history()
   end
   return history
 end
+-- epoch_state reads the epoch's value (KEYS[#KEYS], false when missing) against this server's history:
+-- whether a warm-up is due (no epoch: the state was lost, or this is the first decision; or an epoch
+-- written under another history), the history it was written under (nil: none) and this server's.
+local function epoch_state(began)
+  local was, h = began and string.match(began, ' (%w+)$'), current_history()
+  return not began or (was and h ~= '' and was ~= h), was, h
+end
 -- num formats a number exactly, as %.17g does: a whole one below 1e17 (but -0) as int does, which prints
 -- the same digits at a third of the cost; others with 17 significant digits.
 local function num(x)
@@ -409,6 +416,11 @@ local function num(x)
 end
 
 local function expire(key, ms) write('PEXPIRE', key, int(math.ceil(ms))) end
+-- keep_until keeps key at least until the instant until_us and a second (its expiry is only extended).
+local function keep_until(key, until_us)
+  local ttl = math.ceil((until_us - now) / 1000) + 1000
+  if redis.call('PTTL', key) < ttl then write('PEXPIRE', key, int(ttl)) end
+end
 
 local algo = {}
 
@@ -785,11 +797,7 @@ end
 local function may_postpone(slot, at, n, held)
   if max_flight > 0 and not held then return false end
   local got = redis.call('MGET', pause, epoch)
-  if tonumber(got[1] or 0) > now then return false end
-  if warmup > 0 then
-    local was, h = got[2] and string.match(got[2], ' (%w+)$'), current_history()
-    if not got[2] or (was and h ~= '' and was ~= h) then return false end
-  end
+  if tonumber(got[1] or 0) > now or (warmup > 0 and epoch_state(got[2])) then return false end
   return algo.fits_late(slot, at, n)
 end
 
@@ -843,8 +851,9 @@ local function prepare()
   -- stands whatever this decision's verdict. An epoch without a history (written where INFO was refused,
   -- or by an earlier version) takes this server's, without a warm-up.
   began = warmup > 0 and began
-  local was, h = began and string.match(began, ' (%w+)$'), warmup > 0 and current_history()
-  if warmup > 0 and (not began or (was and h ~= '' and was ~= h)) then
+  local due, was, h = false, nil, ''
+  if warmup > 0 then due, was, h = epoch_state(began) end
+  if due then
     write('SET', epoch, int(now) .. ' ' .. h)
     if now + warmup > C.pause_until then
       C.pause_until = now + warmup
@@ -1002,13 +1011,11 @@ local function run()
     if op == 'postpone' and not may_postpone(prev, at, #members, held) then return 0 end
     write_members('ZADD', ids, members, int(at))
     algo.depart(prev, at, members)
-    local ttl = math.ceil((at + dedup - now) / 1000) + 1000
-    if redis.call('PTTL', ids) < ttl then write('PEXPIRE', ids, int(ttl)) end
+    keep_until(ids, at + dedup)
     if held then
       -- The lease follows the request: it lapses its slack after the request began, as it would have.
       write('ZADD', flight, 'XX', int(at + lease), held)
-      ttl = math.ceil((at + lease - now) / 1000) + 1000
-      if redis.call('PTTL', flight) < ttl then write('PEXPIRE', flight, int(ttl)) end
+      keep_until(flight, at + lease)
     end
     flush()
     return at

@@ -33,11 +33,12 @@ algo.merchants = true
 -- its window ending at read_at[i] (the tables live on between a function's calls; init empties them, or
 -- sets na to 0).
 local mlog, W, longest, na
+local mlog_score -- in_mlog_at's: the job's score in the merchant's log, read once a call (false: not there)
 local as, an, asum, removed = {}, {}, {}, {}
 local read_at, read = {}, {}
 
 function algo.init()
-  mlog, na = nil, 0
+  mlog, na, mlog_score = nil, 0, nil
   if #removed > 0 then removed = {} end
   if M > 0 then mlog = KEYS[4] end
   if not conf.sl_W then
@@ -56,6 +57,14 @@ end
 local function log_of(i)
   if i > PP then return mlog end
   return ids
+end
+
+-- in_mlog_at tells whether the job is in the merchant's log at slot (admitted with its merchant's limits in
+-- force; they may be new since). A merchant's job is decided alone, so the one read serves the call.
+local function in_mlog_at(slot)
+  if not mlog then return false end
+  if mlog_score == nil then mlog_score = tonumber(redis.call('ZSCORE', mlog, id) or nil) or false end
+  return mlog_score == slot
 end
 
 -- added_since is the units of the call's admissions with a slot after t.
@@ -156,8 +165,7 @@ function algo.force() error('paygate: force is only for token_bucket') end
 
 function algo.give_back(slot, n)
   -- In the merchant's log only if it was admitted with its limits in force (they may be new since).
-  removed[#removed + 1] = {slot = slot, n = n, id = id,
-    in_mlog = mlog ~= nil and tonumber(redis.call('ZSCORE', mlog, id) or nil) == slot}
+  removed[#removed + 1] = {slot = slot, n = n, id = id, in_mlog = in_mlog_at(slot)}
   return true
 end
 
@@ -202,12 +210,9 @@ end
 -- that span with room for n is enough. Reservations reach less than a window ahead in the usual case (a
 -- backlog at the rate), and the span then holds fewer than the limit.
 function algo.fits_late(slot, at, n)
-  local in_mlog = mlog ~= nil and tonumber(redis.call('ZSCORE', mlog, id) or nil) == slot
-  if mlog and not in_mlog then return false end -- admitted before its merchant's limits: not counted there
+  if mlog and not in_mlog_at(slot) then return false end -- admitted before its merchant's limits: not counted there
   for i = 1, P do
-    if i <= PP or in_mlog then
-      if redis.call('ZCOUNT', log_of(i), '(' .. int(slot), '(' .. int(at + W[i])) + n > limits[i] then return false end
-    end
+    if redis.call('ZCOUNT', log_of(i), '(' .. int(slot), '(' .. int(at + W[i])) + n > limits[i] then return false end
   end
   return true
 end
@@ -215,10 +220,9 @@ end
 -- depart moves the job's units in the merchant's log too, when they are there at slot (admitted with its
 -- limits in force), and keeps the log until the new slot plus dedup.
 function algo.depart(slot, at, members)
-  if not mlog or tonumber(redis.call('ZSCORE', mlog, id) or nil) ~= slot then return end
+  if not in_mlog_at(slot) then return end
   write_members('ZADD', mlog, members, int(at))
-  local ttl = math.ceil((at + dedup - now) / 1000) + 1000
-  if redis.call('PTTL', mlog) < ttl then write('PEXPIRE', mlog, int(ttl)) end
+  keep_until(mlog, at + dedup)
 end
 
 -- save keeps the merchant's log in step with KEYS[1]: the units that left it (a release or a move) leave,

@@ -254,8 +254,15 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 		for w := range 16 {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(w), 42))
+				last := "" // this worker's latest admission
 				for time.Now().Before(deadline) {
 					jobID := fmt.Sprintf("j%d", rng.IntN(300))
+					if last != "" && rng.IntN(4) == 0 {
+						// Redelivered soon after its admission, as after a lost ack: a duplicate however slowly
+						// the server answers (a random id comes back too late for that on a loaded machine, and
+						// is moved).
+						jobID = last
+					}
 					cost := 1 + rng.Int64N(3)
 					maxWait := time.Duration(rng.IntN(150)) * time.Millisecond
 					v, err := l.Reserve(ctx, prov, jobID, cost, maxWait)
@@ -292,6 +299,9 @@ func TestInvariantUnderConcurrency(t *testing.T) {
 						first[jobID] = admitted{slot: v.Slot().UnixMicro(), cost: cost}
 					}
 					mu.Unlock()
+					if v.Allowed && !v.Duplicate {
+						last = jobID
+					}
 					if v.Allowed && v.Delay > 0 && rng.IntN(4) == 0 {
 						time.Sleep(v.Delay) // some workers wait for their slot, as the worker does
 					}

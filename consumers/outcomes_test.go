@@ -1,6 +1,7 @@
 package consumers_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -232,6 +233,7 @@ func TestOutcomes(t *testing.T) {
 		jobs     int           // deliveries of the job, handled in turn (0: 1)
 		late     time.Duration // Config.LateLimit (0: no limit)
 		roomNow  bool          // the gate's Postpone finds room
+		inline   time.Duration // Config.MaxInlineWait (0: maxInlineWait)
 		shadow   bool          // the provider is in shadow mode (Config.Shadow)
 		gate     []answer      // nil: allowed now
 		provider []error       // nil: 2xx
@@ -262,9 +264,9 @@ func TestOutcomes(t *testing.T) {
 		{name: "denied just beyond max wait: waits, asks again, dispatched", gate: []answer{deny(10 * time.Millisecond), allow(0)},
 			want:  []settled{{kind: "ack"}},
 			calls: calls{reserve: 2, dispatch: 1}},
-		{name: "denied until the waits pass max wait: deferred", gate: []answer{deny(10 * time.Millisecond)},
-			want:  []settled{{kind: "defer", after: 10 * time.Millisecond, why: "no slot within"}},
-			calls: calls{reserve: 3}, // waited 10ms twice; a third 10ms would pass 25ms
+		{name: "denied until the waits pass max wait: deferred", gate: []answer{deny(40 * time.Millisecond)}, inline: 100 * time.Millisecond,
+			want:  []settled{{kind: "defer", after: 40 * time.Millisecond, why: "no slot within"}},
+			calls: calls{reserve: 3}, // waited 40ms twice; a third 40ms would pass 100ms (the second fits with 20ms of scheduling to spare)
 		},
 
 		// gate unreachable -> deferred (fail closed, never dispatched unguarded)
@@ -500,7 +502,8 @@ func TestOutcomes(t *testing.T) {
 			}
 			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0), roomNow: tt.roomNow}
 			p := &fakeProvider{answers: tt.provider}
-			w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: maxInlineWait, MaxAttempts: maxAttempts,
+			inline := cmp.Or(tt.inline, maxInlineWait)
+			w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: inline, MaxAttempts: maxAttempts,
 				MaxDeferralAge: maxAge, ShutdownTimeout: time.Second, BackoffBase: backoffBase, BackoffMax: time.Minute,
 				RedisRetry: redisRetry, LateLimit: tt.late, Providers: map[string]int64{"acme": 10}, Shadow: map[string]bool{"acme": tt.shadow}},
 				g, map[string]consumers.Dispatcher{"acme": p}, nil, nil)
@@ -558,8 +561,8 @@ func TestOutcomes(t *testing.T) {
 			// gives back a slot the gate handed out, at that cost.
 			slots := map[time.Time]bool{}
 			for _, r := range g.reserved {
-				if r.id != consumers.GateID("pay-1", tt.attempt) || r.cost != 2 || r.maxWait != maxInlineWait {
-					t.Errorf("reserved %q cost %d max wait %v, want %q cost 2 max wait %v", r.id, r.cost, r.maxWait, consumers.GateID("pay-1", tt.attempt), maxInlineWait)
+				if r.id != consumers.GateID("pay-1", tt.attempt) || r.cost != 2 || r.maxWait != inline {
+					t.Errorf("reserved %q cost %d max wait %v, want %q cost 2 max wait %v", r.id, r.cost, r.maxWait, consumers.GateID("pay-1", tt.attempt), inline)
 				}
 				slots[r.v.Slot()] = true
 			}

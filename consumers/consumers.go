@@ -19,7 +19,7 @@
 //	woke late                        -> sent now if the gate finds room there (Postpone), else slot
 //	                                    released, asked again
 //	woke late MaxLateTries times     -> slot released, deferred (not an attempt): never sent late
-//	written late all the same        -> sent; its slot moved to when it left (gate.Departed), as it is
+//	written past DepartLimit         -> sent; its slot moved to when it left (gate.Departed), as it is
 //	  (stalled after the wake-up)         written (TestLateWriteIsRecordedWhereItWent)
 //	gate state lost under the slot   -> slot given up, asked again (NoteLoss, NoteDisconnect)
 //	live limits changed under it     -> woken at once, slot given up, asked again under the new limits

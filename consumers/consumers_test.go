@@ -459,13 +459,32 @@ func (s stalled) Dispatch(ctx context.Context, j *job.Job) error {
 	return s.Dispatcher.Dispatch(ctx, j)
 }
 
-// A request written later than the lateness guard allows (a stall after the wake-up) is recorded where it
-// went: the request one window on is spaced from when the provider got it. Without the move, b would
-// reach the provider 0.8s after a, at a limit of 1 per 1s. A 429 then releases the unit at its new slot.
+// A request written past DepartLimit after its slot (a stall after the wake-up) is recorded where it went:
+// the request one window on is spaced from when the provider got it. At a stall past the whole margin,
+// without the move b would reach the provider 0.8s after a, at a limit of 1 per 1s; at a stall past
+// DepartLimit but within the late limit, b would come the stall less than a window and the margin after a.
+// A 429 then releases the unit at its new slot.
 func TestLateWriteIsRecordedWhereItWent(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		margin, stall time.Duration
+	}{
+		{"past the margin", 100 * time.Millisecond, 300 * time.Millisecond},
+		{"past DepartLimit, within the late limit", 400 * time.Millisecond, 180 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if lim := consumers.DepartLimit(c.margin / 2); c.stall <= lim {
+				t.Fatalf("stall %s within DepartLimit %s: the case tests nothing", c.stall, lim)
+			}
+			testLateWrite(t, c.margin, c.stall)
+		})
+	}
+}
+
+func testLateWrite(t *testing.T, margin, stall time.Duration) {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
-	const window, margin, stall = time.Second, 100 * time.Millisecond, 300 * time.Millisecond
+	const window = time.Second
 	var mu sync.Mutex
 	var arrived []time.Time
 	answer := 200
@@ -485,9 +504,11 @@ func TestLateWriteIsRecordedWhereItWent(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	if len(arrived) != 2 || arrived[1].Sub(arrived[0]) < window {
+	// b's slot is a window and the margin after a's entry: after a's write if it moved, else after its
+	// slot, the stall before it. Half the stall allows for a's trip to the handler.
+	if len(arrived) != 2 || arrived[1].Sub(arrived[0]) < window+margin-stall/2 {
 		mu.Unlock()
-		t.Fatalf("arrivals %v: want 2, a window apart at least", arrived)
+		t.Fatalf("arrivals %v: want 2, a window and the margin (%s) apart at least", arrived, margin)
 	}
 	answer = 429
 	mu.Unlock()

@@ -11,10 +11,14 @@ import (
 
 // departure is one request's watch on when it was written (httptrace's WroteRequest). The lateness guard
 // runs as the job wakes; a process stalled after it (a starved CPU, a GC pause, a slow connection pool)
-// can still write the request later than the margin allows for. Written more than LateLimit after its
-// slot, the request's entry in the gate moves to when it left (gate.Limiter.Departed), at once: the
+// can still write the request later than the margin allows for. Written more than DepartLimit after
+// its slot, the request's entry in the gate moves to when it left (gate.Limiter.Departed), at once: the
 // slots decided from then on are spaced from when the provider got it, not from when it should have.
 // Slots already handed out cannot be recalled; the sooner the move, the fewer of those there are.
+//
+// The margin absorbs what no worker records: a write up to DepartLimit late, and the trip to the
+// provider. The lower the limit, the more of the margin is left for the trip, at a Redis call for each
+// request written past it: a quarter of the late limit (an eighth of gate.margin) leaves seven eighths.
 type departure struct {
 	once sync.Once
 	done chan struct{}
@@ -27,7 +31,7 @@ func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid str
 	d := &departure{}
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		late := time.Since(due)
-		if info.Err != nil || late <= w.cfg.LateLimit {
+		if info.Err != nil || late <= DepartLimit(w.cfg.LateLimit) {
 			return // a write that failed never reached the provider (the transport may write again)
 		}
 		// The first whole write moves the entry. The transport writes a request again after a whole
@@ -54,6 +58,10 @@ func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid str
 	}}
 	return httptrace.WithClientTrace(ctx, trace), d
 }
+
+// DepartLimit is how late after its slot a request may be written before its entry moves to when it
+// left: a quarter of the late limit.
+func DepartLimit(lateLimit time.Duration) time.Duration { return lateLimit / 4 }
 
 // departTimeout bounds the move of a late request's entry (a Redis call; the handler waits for it).
 const departTimeout = 5 * time.Second

@@ -3,7 +3,8 @@
 //
 //	make bench                       (cd bench && go run . -out ../BENCHMARKS.md)
 //	go run . -quick                  a short smoke run of every scenario
-//	go run . -only memory,cost       some scenarios only (cost, accuracy, fast, e2e, footprint, scale, cluster, memory)
+//	go run . -only memory,cost       some scenarios only (cost, accuracy, fast, e2e, footprint, scale, cluster, memory),
+//	                                 their report on stdout unless -out names a file
 //
 // It asserts nothing about time: it reports what it measured, on the machine it ran on.
 package main
@@ -37,6 +38,13 @@ func main() {
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
 	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory")
 	flag.Parse()
+	if *only != "" && !flagSet("out") {
+		*out = "-" // some sections only: BENCHMARKS.md keeps the full run's, and bench/plots its plots
+		if !flagSet("plots") {
+			*plots = filepath.Join(os.TempDir(), "paygate-bench-plots")
+			fmt.Fprintln(os.Stderr, "bench: plots go to", *plots)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	scenarios = map[string]bool{}
@@ -49,6 +57,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// flagSet tells whether the command line set the flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // scenarios are the ones -only names; empty: all.
@@ -247,6 +262,10 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 	}
 
 	fmt.Fprintf(&b, "\n---\nThis run took %s.\n", time.Since(began).Round(time.Second))
+	if out == "-" {
+		_, err := os.Stdout.WriteString(b.String())
+		return err
+	}
 	// make bench-fleet writes its section of its own (cmd/worker, TestFleetBench): it stays.
 	if old, err := os.ReadFile(out); err == nil {
 		if fleet := fleetSection.Find(old); fleet != nil {

@@ -331,6 +331,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	defer func() { w.land(ctx, provider, &lease) }()
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
 	var due time.Time         // the earliest the slot can be, local clock (asking + Delay)
+	var answeredDue time.Time // the slot as the answer put it (answered + Delay): what a late write counts from
 	var slot time.Time        // the admission's slot, once postponed (Postpone)
 	shadow := w.cfg.Shadow[provider]
 	if shadow {
@@ -373,7 +374,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			return
 		}
 		lost, relimited := w.lost(provider, v, asked)
-		due = asked.Add(v.Delay)
+		due, answeredDue = asked.Add(v.Delay), answered.Add(v.Delay)
 		if !relimited {
 			s.late = time.Since(due)
 			w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())
@@ -394,7 +395,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			began := time.Now()
 			if at, err := w.gate.Postpone(ctx, provider, j.Merchant, gid, v.Slot()); err == nil && !at.IsZero() {
 				w.metrics.decisions.WithLabelValues(provider, "postponed").Inc()
-				slot, due = at, began
+				slot, due, answeredDue = at, began, time.Now()
 				break
 			}
 		}
@@ -459,7 +460,11 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	}
 	dctx, departed := ctx, (*departure)(nil)
 	if v.Allowed && !v.Duplicate && !shadow && w.cfg.LateLimit > 0 {
-		dctx, departed = w.watchDeparture(ctx, provider, j.Merchant, gid, slot, due)
+		// A late write counts from the slot as the answer put it, as the margin's reports do: the round
+		// trip to Redis is the lateness guard's (counted from asking, within the late limit), and counted
+		// here too it would cost a Redis call for each request whenever Redis is slow, loading the gate
+		// most when it is slowest.
+		dctx, departed = w.watchDeparture(ctx, provider, j.Merchant, gid, slot, answeredDue)
 	}
 	start := time.Now()
 	err = w.dispatch[provider].Dispatch(dctx, j)

@@ -459,29 +459,33 @@ func (s stalled) Dispatch(ctx context.Context, j *job.Job) error {
 	return s.Dispatcher.Dispatch(ctx, j)
 }
 
-// A request written past DepartLimit after its slot (a stall after the wake-up) is recorded where it went:
-// the request one window on is spaced from when the provider got it. At a stall past the whole margin,
-// without the move b would reach the provider 0.8s after a, at a limit of 1 per 1s; at a stall past
-// DepartLimit but within the late limit, b would come the stall less than a window and the margin after a.
-// A 429 then releases the unit at its new slot.
+// A request written past DepartLimit after its slot (a stall after the wake-up), whether it waited for the
+// slot (a, after w) or got it at once (a alone), is recorded where it went: the request one window on is
+// spaced from when the provider got it. At a stall past the whole margin, without the move b would reach
+// the provider 0.8s after a, at a limit of 1 per 1s; at a stall past DepartLimit but within the late
+// limit, b comes the stall less than a window and the margin after a unless a's entry moved. A 429 then
+// releases the unit at its new slot.
 func TestLateWriteIsRecordedWhereItWent(t *testing.T) {
 	for _, c := range []struct {
 		name          string
+		jobs          []string // a is stalled; b comes last
 		margin, stall time.Duration
+		moved         bool
 	}{
-		{"past the margin", 100 * time.Millisecond, 300 * time.Millisecond},
-		{"past DepartLimit, within the late limit", 400 * time.Millisecond, 180 * time.Millisecond},
+		{"sent at once, past the late limit", []string{"a", "b"}, 100 * time.Millisecond, 300 * time.Millisecond, true},
+		{"waited for its slot, past DepartLimit", []string{"w", "a", "b"}, 800 * time.Millisecond, 350 * time.Millisecond, true},
+		{"sent at once, past DepartLimit, within the late limit", []string{"a", "b"}, 800 * time.Millisecond, 350 * time.Millisecond, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if lim := consumers.DepartLimit(c.margin / 2); c.stall <= lim {
-				t.Fatalf("stall %s within DepartLimit %s: the case tests nothing", c.stall, lim)
+			if lim := consumers.DepartLimit(c.margin / 2); c.stall <= lim || c.stall >= c.margin/2 && !c.moved {
+				t.Fatalf("stall %s against DepartLimit %s and late limit %s: the case tests nothing", c.stall, lim, c.margin/2)
 			}
-			testLateWrite(t, c.margin, c.stall)
+			testLateWrite(t, c.jobs, c.margin, c.stall, c.moved)
 		})
 	}
 }
 
-func testLateWrite(t *testing.T, margin, stall time.Duration) {
+func testLateWrite(t *testing.T, jobs []string, margin, stall time.Duration, moved bool) {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	const window = time.Second
@@ -498,7 +502,7 @@ func testLateWrite(t *testing.T, margin, stall time.Duration) {
 		}})
 	ctx := context.Background()
 	h.dispatch["acme"] = stalled{Dispatcher: h.dispatch["acme"], by: stall, jobs: map[string]bool{"a": true, "c": true}}
-	for _, id := range []string{"a", "b"} {
+	for _, id := range jobs {
 		if got := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body(id, "acme")) }); got.Kind != "ack" {
 			t.Fatalf("%s: %+v, want acked", id, got)
 		}
@@ -506,13 +510,18 @@ func testLateWrite(t *testing.T, margin, stall time.Duration) {
 	mu.Lock()
 	// b's slot is a window and the margin after a's entry: after a's write if it moved, else after its
 	// slot, the stall before it. Half the stall allows for a's trip to the handler.
-	if len(arrived) != 2 || arrived[1].Sub(arrived[0]) < window+margin-stall/2 {
+	n := len(jobs)
+	if len(arrived) != n {
 		mu.Unlock()
-		t.Fatalf("arrivals %v: want 2, a window and the margin (%s) apart at least", arrived, margin)
+		t.Fatalf("arrivals %v: want %d", arrived, n)
+	}
+	if apart := arrived[n-1].Sub(arrived[n-2]); (apart >= window+margin-stall/2) != moved {
+		mu.Unlock()
+		t.Fatalf("b %s after a, want a's entry moved %v: a window and the margin (%s) apart, less a's stall (%s) if not moved", apart, moved, margin, stall)
 	}
 	answer = 429
 	mu.Unlock()
-	if got := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("c", "acme")) }); got.Kind != "defer" || h.calls["acme"].Load() != 3 {
+	if got := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body("c", "acme")) }); got.Kind != "defer" || h.calls["acme"].Load() != int64(n+1) {
 		t.Fatalf("c: %+v after %d requests, want sent, throttled and deferred", got, h.calls["acme"].Load())
 	}
 	st, err := h.gate.Status(ctx, "acme")

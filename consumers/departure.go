@@ -12,7 +12,7 @@ import (
 // departure is one request's watch on when it was written (httptrace's WroteRequest). The lateness guard
 // runs as the job wakes; a process stalled after it (a starved CPU, a GC pause, a slow connection pool)
 // can still write the request later than the margin allows for. Written more than DepartLimit after
-// its slot, the request's entry in the gate moves to when it left (gate.Limiter.Departed), at once: the
+// its slot (as the gate's answer put it: the round trip to Redis is the lateness guard's), the request's entry in the gate moves to when it left (gate.Limiter.Departed), at once: the
 // slots decided from then on are spaced from when the provider got it, not from when it should have.
 // Slots already handed out cannot be recalled; the sooner the move, the fewer of those there are.
 //
@@ -26,7 +26,7 @@ type departure struct {
 }
 
 // watchDeparture returns ctx with the watch of the request for the admission of gid at slot, due (local
-// clock) at the earliest.
+// clock) as the answer put it.
 func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid string, slot, due time.Time) (context.Context, *departure) {
 	d := &departure{}
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {

@@ -382,7 +382,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 				// The fleet's margin follows how late processes wake, which is what a wider margin absorbs:
 				// the lateness counted from the answer, without the round trip to Redis (a slow Redis is a
 				// matter for the late limit above, not for the margin).
-				w.late[provider].add(time.Since(answered.Add(v.Delay)))
+				w.late[provider].add(time.Since(answeredDue))
 			}
 		}
 		if !lost && !relimited && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {

@@ -11,10 +11,11 @@ import (
 
 // departure is one request's watch on when it was written (httptrace's WroteRequest). The lateness guard
 // runs as the job wakes; a process stalled after it (a starved CPU, a GC pause, a slow connection pool)
-// can still write the request later than the margin allows for. Written more than DepartLimit after
-// its slot (as the gate's answer put it: the round trip to Redis is the lateness guard's), the request's entry in the gate moves to when it left (gate.Limiter.Departed), at once: the
-// slots decided from then on are spaced from when the provider got it, not from when it should have.
-// Slots already handed out cannot be recalled; the sooner the move, the fewer of those there are.
+// can still write the request later than the margin allows for. Written more than DepartLimit after its
+// slot (as the gate's answer put it: the round trip to Redis is the lateness guard's), the request's
+// entry in the gate moves to when it left (gate.Limiter.Departed), at once: the slots decided from then on
+// are spaced from when the provider got it, not from when it should have. Slots already handed out cannot
+// be recalled; the sooner the move, the fewer of those there are.
 //
 // The margin absorbs what no worker records: a write up to DepartLimit late, and the trip to the
 // provider. The lower the limit, the more of the margin is left for the trip, at a Redis call for each

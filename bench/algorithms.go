@@ -122,7 +122,17 @@ func memoryOne(ctx context.Context, rdb redis.UniversalClient, algo gate.Algorit
 			r.stateBytes += m
 		case i == 0:
 			r.idsBytes = m
-			r.idsEntries, _ = rdb.ZCard(ctx, k).Result()
+			// Jobs, not members: a job's other members (a cost above 1, the counters' marker) follow its
+			// id, after a NUL.
+			members, err := rdb.ZRange(ctx, k, 0, -1).Result()
+			if err != nil {
+				return r, err
+			}
+			for _, id := range members {
+				if !strings.Contains(id, "\x00") {
+					r.idsEntries++
+				}
+			}
 		default:
 			r.stateBytes += m
 		}

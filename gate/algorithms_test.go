@@ -119,8 +119,8 @@ func TestFamilyAdmitsTheLimit(t *testing.T) {
 		if p := st.Policies[1]; p.Used+p.Reserved != 5 || p.Remaining != 95 {
 			t.Fatalf("status of 100/1m: %+v", p)
 		}
-		if st.Units != 5 {
-			t.Fatalf("id record holds %d units, want 5", st.Units)
+		if want := recordMembers(algo, 5); st.Units != want {
+			t.Fatalf("id record holds %d members, want %d", st.Units, want)
 		}
 	})
 }
@@ -155,8 +155,8 @@ func TestFamilySeveralLimits(t *testing.T) {
 				t.Fatalf("a denial changed policy %d: %+v -> %+v", i, b, a)
 			}
 		}
-		if after.Units != int64(admitted) {
-			t.Fatalf("id record holds %d units after a denial, want %d", after.Units, admitted)
+		if want := recordMembers(algo, int64(admitted)); after.Units != want {
+			t.Fatalf("id record holds %d members after a denial, want %d", after.Units, want)
 		}
 	})
 }
@@ -217,7 +217,7 @@ func TestFamilyDuplicates(t *testing.T) {
 			t.Fatalf("duplicate of %+v: %+v, want its own slot", r, dup)
 		}
 		st := mustStatus(t, l)
-		if st.Units != units || st.Policies[0].Used+st.Policies[0].Reserved != units {
+		if st.Units != recordMembers(algo, units) || st.Policies[0].Used+st.Policies[0].Reserved != units {
 			t.Fatalf("status after duplicates: %+v, want %d units spent", st, units)
 		}
 	})

@@ -1405,8 +1405,9 @@ type Status struct {
 	// PausedUntil is the end of a pause in force, or the zero time.
 	PausedUntil time.Time
 	// Units is the number of units of cost in the log (admitted or reserved, not yet trimmed): one per job
-	// of cost 1. For the other algorithms: in the id record (jobs admitted in the last DedupWindow, and
-	// reservations).
+	// of cost 1. For the other algorithms: the members of the id record (jobs admitted in the last
+	// DedupWindow, and reservations: a job's id, a member for a cost above 1, and under SlidingWindow and
+	// FixedWindow the markers of the counters that took it).
 	Units int64
 	// InFlight is the number of in-flight leases standing (Provider.MaxInFlight; 0 without a cap), and
 	// MaxInFlight the cap.

@@ -301,6 +301,11 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 	if err != nil {
 		return provider{}, err
 	}
+	if p.algo == SlidingLog && policies != nil {
+		// The log is sliding_log's whole state: kept for the configured longest window under live limits
+		// too (they add no longer one), so that a reset, or any later change, counts what they admitted.
+		p.dedup = max(p.dedup, micros(longestWindow(lp.spec.Policies))+p.ceiling)
+	}
 	base := lp.cur.Load()
 	if base != nil {
 		p.inForce = base.inForce // the margin in force is the provider's, whatever its limits

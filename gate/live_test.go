@@ -119,6 +119,81 @@ func TestLiveLimits(t *testing.T) {
 	})
 }
 
+// The counters are named by window, so after a change of windows the counters in force are others than
+// those a job admitted before went into: releasing or moving that job gives nothing back to them (an
+// adversarial review found that it freed another job's unit: 4 admitted within one window of 3/2s). A job
+// admitted under the new limits still gives its unit back.
+func TestWindowChangeGivesBackOnlyWhereCounted(t *testing.T) {
+	for _, how := range []string{"release", "move"} {
+		t.Run(how, func(t *testing.T) {
+			eachAlgorithm(t, []gate.Algorithm{gate.FixedWindow, gate.SlidingWindow}, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+				ctx := context.Background()
+				l := newAlgoOpts(t, rdb, gate.Options{StaleAfter: time.Millisecond}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(10, time.Minute)}})
+				waitWindowStart(t, rdb, 2*time.Second) // B1..B4 within one calendar window of 2s
+				a := mustReserve(t, l, "A", 1, 0)
+				if _, err := l.SetLimits(ctx, prov, []gate.Policy{pol(3, 2*time.Second)}); err != nil || !a.Allowed {
+					t.Fatalf("A %+v, set: %v", a, err)
+				}
+				var b3 gate.Verdict
+				for _, j := range []string{"B1", "B2", "B3"} {
+					if b3 = mustReserve(t, l, j, 1, 0); !b3.Allowed {
+						t.Fatalf("%s: %+v", j, b3)
+					}
+				}
+				if v := mustReserve(t, l, "B4", 1, 0); v.Allowed {
+					t.Fatalf("B4 admitted into a full window: %+v", v)
+				}
+				if how == "move" {
+					time.Sleep(5 * time.Millisecond) // A is stale: its redelivery is moved, or stays as it was
+					if v := mustReserve(t, l, "A", 1, 0); v.Allowed {
+						t.Fatalf("A moved into the full window of 3/2s: %+v", v)
+					}
+					return
+				}
+				if n, err := l.Release(ctx, prov, "A", 1, a.Slot()); err != nil || n != 1 {
+					t.Fatalf("release A: %d, %v", n, err)
+				}
+				if v := mustReserve(t, l, "B4", 1, 0); v.Allowed {
+					t.Fatalf("B4 admitted after A's release: 4 within one window of 3/2s (%+v)", v)
+				}
+				if n, err := l.Release(ctx, prov, "B3", 1, b3.Slot()); err != nil || n != 1 {
+					t.Fatalf("release B3: %d, %v", n, err)
+				}
+				if v := mustReserve(t, l, "B4", 1, 0); !v.Allowed {
+					t.Fatalf("B4 denied after B3's release, which gave its unit back: %+v", v)
+				}
+			})
+		})
+	}
+}
+
+// sliding_log's log is its whole state. Live limits whose longest window is shorter than the configured
+// one keep it for the configured one, so that a reset counts what went before and under them (an
+// adversarial review found the log trimmed to the live window: after the reset, 5/1h admitted 4 more
+// within the hour).
+func TestSlidingLogKeepsItsHistoryUnderLiveLimits(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		a, b := twoProcesses(t, rdb, gate.SlidingLog, pol(5, time.Hour))
+		if got := admitted(t, a, "before-", 6); got != 5 {
+			t.Fatalf("admitted %d of 6 under 5/1h", got)
+		}
+		if _, err := b.SetLimits(ctx, prov, []gate.Policy{pol(3, 100*time.Millisecond)}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the 5 are out of the live window (and of its trim's reach, were it the live one)
+		if got := admitted(t, a, "live-", 1); got != 1 {
+			t.Fatalf("admitted %d of 1 under 3/100ms", got)
+		}
+		if _, err := b.ResetLimits(ctx, prov); err != nil {
+			t.Fatal(err)
+		}
+		if got := admitted(t, a, "after-", 5); got != 0 {
+			t.Fatalf("admitted %d more under 5/1h, in the hour it admitted 6 (5, then 1 under the live limits)", got)
+		}
+	})
+}
+
 // A job whose cost the configured limits allow but the live ones do not is denied while they stand (not
 // an error, not dead-lettered: the worker defers it); above the configured limits it is invalid.
 func TestLiveLimitsBelowACost(t *testing.T) {

@@ -8,7 +8,9 @@
 --                                                slot + dedup. One member per unit of cost when the
 --                                                algorithm counts members (sliding_log, whose log it is:
 --                                                key ...:log): the job id, then id.."\0"..k for its k-th unit;
---                                                otherwise the job id, and id.."\0"..n when its cost n > 1
+--                                                otherwise the job id, and id.."\0"..n when its cost n > 1;
+--                                                under the counters (algo.counters), markers naming the
+--                                                keys that counted the job (see counted_marker)
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
 --                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
@@ -146,6 +148,8 @@
 --   algo.merchants            true: counts a merchant's policies (S[10] > 0) over keys of its own
 --   algo.fcfs                 true: a new slot is never before the newest slot in the id record
 --   algo.per_unit             true: the id record holds one member per unit of cost (sliding_log)
+--   algo.counters             true: gives units back into counters named by window (counter_undo), only
+--                             where the job's marker shows they counted it (see counted_marker)
 --   algo.load(trim)           read the state; trim: also drop (queue the deletion of) what no decision can
 --                             count any more
 --   algo.earliest(from, cost) -> slot (>= from), blocker (1-based policy or nil), hold (µs, > 0 when the
@@ -176,7 +180,7 @@
 -- each call: nothing a call sees is left from an earlier one. (Some tables live on between calls, as making
 -- them anew on every call was measurable: C, the write queue, the undo state's, the algorithms' arrays.
 -- Each says how a call resets it, or reads only what the call itself set.) Lua 5.1 allows a
--- function 60 upvalues; the most any function here uses is 42 (counted by luac5.1 -l -l): a
+-- function 60 upvalues; the most any function here uses is 44 (counted by luac5.1 -l -l): a
 -- new per-call value with no room left goes into a table (as C) rather than a local of its own.
 -- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals below
 -- that take their names; a function has no such globals and never calls it).
@@ -200,9 +204,10 @@ local cost, arg4, stale, forced, margin, dedup, buckets, warmup, pace, tolerance
 local conf, limits, windows, P, PP -- conf: the settings' table (see parse_settings), the algorithm may keep what it derives from them there
 -- upto: the policies algo.earliest looks at (1..upto): the provider's first, then all (see run)
 local upto
--- merchant_counted: the job being released or moved was counted by the merchant's counters in this call's
--- keys (its marker is in the id record; see merchant_marker): only then do its units go back there.
-local merchant_counted
+-- provider_counted, merchant_counted: the job being released or moved was counted by the provider's, the
+-- merchant's counters in this call's keys (its marker is in the id record; see counted_marker): only then
+-- do its units go back there.
+local provider_counted, merchant_counted
 local now, nwrites, seen_for
 local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
@@ -212,9 +217,10 @@ local reset_memo -- reset_after's
 -- ttl[key] = the expiry finish keeps key at least (ms), rec[1..nrec] = the record's new members (score,
 -- member, ...), admitted, last = the latest slot admitted, pause_until, tat = the pace's arrival time,
 -- first_lease = the earliest lapse of a lease taken, renew_flight: the in-flight set may be emptied by the
--- call's removal of lapsed leases (its expiry then goes with it, and finish sets it anew). One table lives
--- on between a function's calls (making it anew on every call was measurable): start sets every field,
--- and makes scores and ttl anew only when the call before used them.
+-- call's removal of lapsed leases (its expiry then goes with it, and finish sets it anew), p and m:
+-- counted_marker's hashes of this call's keys. One table lives on between a function's calls (making it
+-- anew on every call was measurable): start sets every field, and makes scores and ttl anew only when the
+-- call before used them.
 local C = {scores = {}, ttl = {}, rec = {}, nrec = 0}
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
@@ -295,7 +301,7 @@ local function begin_job(job_id, cost_arg, arg4_arg, force_arg, merchant_arg)
     end
   end
   if M > 0 and merchant == '' then return bad('merchant policies need a merchant', M) end
-  upto, merchant_counted, reset_memo = PP, false, nil
+  upto, provider_counted, merchant_counted, reset_memo = PP, false, false, nil
   return nil
 end
 
@@ -354,6 +360,7 @@ local function start()
   if next(C.ttl) ~= nil then C.ttl = {} end
   if C.nrec > 4096 then C.rec = {} end -- a big batch's: not kept for ever
   C.nrec, C.admitted, C.last, C.pause_until, C.tat, C.first_lease, C.renew_flight = 0, false, 0, 0, 0, nil, false
+  C.p, C.m = nil, nil -- counted_marker's hashes: this call's keys
   return nil
 end
 
@@ -480,7 +487,7 @@ local function counter_undo(index_of, count, add, keep)
     local taken = {}
     for i = 1, P do
       local k = index_of(i, slot)
-      if count(i, k) > 0 and (i <= PP or merchant_counted) then
+      if count(i, k) > 0 and ((i <= PP and provider_counted) or (i > PP and merchant_counted)) then
         taken[i] = {k, math.min(n, count(i, k))}
         add(i, k, -taken[i][2])
       end
@@ -714,14 +721,15 @@ local function members_of(n)
   return members
 end
 
--- record puts the id's members for an admission of cost n (members_of's, then marker unless nil) into the
--- record at slot: finish adds the call's in one ZADD and sets the record's expiry once, from the call's
--- latest slot. Every slot in the record is at most reset_after from now (the newest admission is what
--- sets it), so that expiry never cuts a later entry short.
-local function record(slot, n, marker)
+-- record puts the id's members for an admission of cost n (members_of's, then the markers that are not
+-- nil) into the record at slot: finish adds the call's in one ZADD and sets the record's expiry once, from
+-- the call's latest slot. Every slot in the record is at most reset_after from now (the newest admission
+-- is what sets it), so that expiry never cuts a later entry short.
+local function record(slot, n, marker, marker2)
   local rec, score = C.rec, int(slot)
   local k = put_members(rec, C.nrec, n, score)
   if marker then rec[k + 1], rec[k + 2], k = score, marker, k + 2 end
+  if marker2 then rec[k + 1], rec[k + 2], k = score, marker2, k + 2 end
   C.nrec = k
   if slot > C.last then C.last = slot end
 end
@@ -738,20 +746,29 @@ local function mark(value, ttl_us)
   extend(sent, math.ceil(ttl_us / 1000) + 1000)
 end
 
--- merchant_marker is the id record's member that marks an admission counted by the merchant's own keys
--- (counters: sliding_window, fixed_window), named by a hash of those keys: after a change of the merchant's
--- limits, or of its keys, an earlier job's release gives nothing back to counters it never went into.
--- nil without merchant policies, and for sliding_log, whose merchant log is its own record.
-local function merchant_marker()
-  if M == 0 or algo.per_unit then return nil end
-  local mk = {}
-  for i = 4 + PP, 3 + P do mk[#mk + 1] = KEYS[i] end
-  return id .. '\0m' .. string.sub(redis.sha1hex(table.concat(mk, '|')), 1, 16)
+-- counted_marker is the id record's member that marks an admission counted by the keys KEYS[first..last]
+-- (tag 'p': the provider's counters; 'm': the merchant's), named by a hash of those keys (made once a
+-- call, kept in C[tag]). Only the counters (algo.counters: sliding_window, fixed_window) need it: they
+-- give a job's units back by its slot, into counters named by window, so that after a change of windows
+-- (configured, or live) the counters in force may be others than those the job went into; a release or
+-- move gives back only to keys its marker names. nil for the other algorithms, and when there are no such
+-- keys. (sliding_log's merchant log is its own record; the buckets' undo record is in their state.)
+local function counted_marker(tag, first, last)
+  if not algo.counters or last < first then return nil end
+  local h = C[tag]
+  if not h then
+    local mk = {}
+    for i = first, last do mk[#mk + 1] = KEYS[i] end
+    h = string.sub(redis.sha1hex(table.concat(mk, '|')), 1, 16)
+    C[tag] = h
+  end
+  return id .. '\0' .. tag .. h
 end
+local function provider_marker() return counted_marker('p', 4, 3 + PP) end
+local function merchant_marker() return counted_marker('m', 4 + PP, 3 + P) end
 
--- holds_marker tells whether members (units_at's) include the merchant marker.
-local function holds_marker(members)
-  local marker = merchant_marker()
+-- holds tells whether members (units_at's) include marker.
+local function holds(members, marker)
   if not marker then return false end
   for _, m in ipairs(members) do
     if m == marker then return true end
@@ -890,7 +907,7 @@ local function reserve()
     moved, old = 1, prev
     local gone, n = units_at(prev)
     write_members('ZREM', ids, gone)
-    merchant_counted = holds_marker(gone)
+    provider_counted, merchant_counted = holds(gone, provider_marker()), holds(gone, merchant_marker())
     token = algo.give_back(prev, n)
     reset_memo = nil
   elseif prev then
@@ -948,7 +965,7 @@ local function reserve()
   C.admitted = true
   if pace > 0 then C.tat = math.max(tat, slot) + cost * pace end
   if newest_read and (not newest_value or slot > newest_value) then newest_value = slot end
-  record(slot, cost, merchant_marker())
+  record(slot, cost, provider_marker(), merchant_marker())
   if merchant ~= '' then
     write('ZADD', merchants, 'GT', int(slot), merchant)
     write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - seen_for))
@@ -1027,7 +1044,7 @@ local function run()
     local gone, n = units_at(prev)
     trim()
     write_members('ZREM', ids, gone)
-    merchant_counted = holds_marker(gone)
+    provider_counted, merchant_counted = holds(gone, provider_marker()), holds(gone, merchant_marker())
     algo.give_back(prev, n)
     reset_memo = nil
     algo.save()

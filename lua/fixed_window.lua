@@ -27,6 +27,7 @@
 -- A merchant's policies (family.lua's S[10]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:fw:<W>.
 algo.merchants = true
+algo.counters = true -- family.lua's counted_marker: units go back only into the counters that took them
 
 local keys_of, ks, cs, len = {}, {}, {}, {}
 

@@ -25,6 +25,7 @@
 -- A merchant's policies (family.lua's S[10]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:sw:<g>.
 algo.merchants = true
+algo.counters = true -- family.lua's counted_marker: units go back only into the counters that took them
 
 -- Per call (algo.init, algo.load): g[i], policy i's bucket (µs; kept in the settings' table), keys_of[i] its
 -- hash, and its buckets as read: ks[i][j], cs[i][j] for j = 1..len[i], bucket index and units, in no

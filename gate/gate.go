@@ -269,6 +269,8 @@ type provider struct {
 	minLimit int64
 	dedup    int64 // µs: an admitted id is remembered, and the log kept, this long after its slot
 	buckets  int
+	// logCap is the most members SlidingLog's log keeps, the newest (0: no cap); see build
+	logCap int64
 	// burst is Provider.Burst (0: not paced); paced is the policy the pace follows
 	burst int64
 	paced Policy
@@ -341,7 +343,11 @@ func (p provider) settingsAt(m int64, ml *merchantLimits) string {
 	if s == nil || s.m != m {
 		pace, tolerance := p.paceAt(m)
 		b := make([]byte, 0, 128)
-		for _, v := range [...]int64{m, p.dedup, int64(p.buckets), p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version} {
+		s3 := int64(p.buckets) // S[3]: SlidingWindow's buckets, SlidingLog's cap on its log
+		if p.algo == SlidingLog {
+			s3 = p.logCap
+		}
+		for _, v := range [...]int64{m, p.dedup, s3, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version} {
 			b = append(strconv.AppendInt(b, v, 10), ' ')
 		}
 		s = &settingsAt{m: m, head: string(b), s: string(b) + "0" + p.policyText}

@@ -304,7 +304,17 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 	if p.algo == SlidingLog && policies != nil {
 		// The log is sliding_log's whole state: kept for the configured longest window under live limits
 		// too (they add no longer one), so that a reset, or any later change, counts what they admitted.
-		p.dedup = max(p.dedup, micros(longestWindow(lp.spec.Policies))+p.ceiling)
+		// Live limits without that window may admit more within it than any limit: the log then keeps
+		// the newest twice the largest limit at most, which every policy's count and earliest slot need
+		// (a count past the cap is past every limit, even less a move's units).
+		if configured := micros(longestWindow(lp.spec.Policies)) + p.ceiling; configured > p.dedup {
+			p.dedup = configured
+			largest := int64(0)
+			for _, pol := range append(append([]Policy(nil), lp.spec.Policies...), policies...) {
+				largest = max(largest, pol.Limit)
+			}
+			p.logCap = 2 * largest
+		}
 	}
 	base := lp.cur.Load()
 	if base != nil {

@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,7 +171,8 @@ func TestWindowChangeGivesBackOnlyWhereCounted(t *testing.T) {
 // sliding_log's log is its whole state. Live limits whose longest window is shorter than the configured
 // one keep it for the configured one, so that a reset counts what went before and under them (an
 // adversarial review found the log trimmed to the live window: after the reset, 5/1h admitted 4 more
-// within the hour).
+// within the hour). What they admit within that window beyond twice the largest limit is not kept: a
+// second review found the log growing without bound under them.
 func TestSlidingLogKeepsItsHistoryUnderLiveLimits(t *testing.T) {
 	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -182,14 +184,22 @@ func TestSlidingLogKeepsItsHistoryUnderLiveLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond) // the 5 are out of the live window (and of its trim's reach, were it the live one)
-		if got := admitted(t, a, "live-", 1); got != 1 {
-			t.Fatalf("admitted %d of 1 under 3/100ms", got)
+		live := 0
+		for deadline := time.Now().Add(10 * time.Second); live < 15 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			live += admitted(t, a, fmt.Sprintf("live-%d-", live), 1)
+		}
+		if live < 15 {
+			t.Fatalf("admitted %d under 3/100ms in 10s", live)
+		}
+		keys, _ := a.Keys(prov)
+		if n := rdb.ZCard(ctx, keys[0]).Val(); n != 10 {
+			t.Fatalf("the log holds %d members after %d admissions, want the cap: 10, twice the largest limit", n, 5+live)
 		}
 		if _, err := b.ResetLimits(ctx, prov); err != nil {
 			t.Fatal(err)
 		}
 		if got := admitted(t, a, "after-", 5); got != 0 {
-			t.Fatalf("admitted %d more under 5/1h, in the hour it admitted 6 (5, then 1 under the live limits)", got)
+			t.Fatalf("admitted %d more under 5/1h, in the hour it admitted %d (5, then the live limits')", got, 5+live)
 		}
 	})
 }

@@ -52,7 +52,8 @@
 -- S[1] -> margin µs (each algorithm says how it applies it)
 -- S[2] -> dedup µs: an admitted id is remembered until its slot plus this (> 0; sliding_log: its longest
 --          window plus margin, as its log must hold that much)
--- S[3] -> buckets: sub-windows per window (sliding_window), else 0
+-- S[3] -> buckets: sub-windows per window (sliding_window); sliding_log: the most members its log keeps,
+--          the newest (0: no cap; gate.go sets one under live limits shorter than the log's window), else 0
 -- S[4] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
 --          persistence, or this is the provider's first decision), or was written under another
 --          replication history (a failover, a restart from a file), reserve pauses the provider this

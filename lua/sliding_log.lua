@@ -225,10 +225,12 @@ function algo.depart(slot, at, members)
   keep_until(mlog, at + dedup)
 end
 
--- save keeps the merchant's log in step with KEYS[1]: the units that left it (a release or a move) leave,
+-- save cuts the log to its cap (S[3], when there is one: the newest only), and keeps the merchant's log in
+-- step with KEYS[1]: the units that left it (a release or a move) leave,
 -- the job's new ones come in, and what no policy counts any more is trimmed. A merchant's job is decided
 -- alone (no batch), so removed and the admissions hold its own entries, at most one each.
 function algo.save()
+  if buckets > 0 and na > 0 then write('ZREMRANGEBYRANK', ids, 0, int(-(buckets + 1))) end -- S[3]: the cap
   if not mlog then return end
   local out = removed[1]
   if out then write_members('ZREM', mlog, members_of(out.n)) end

@@ -37,11 +37,11 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if rep.PausedUntil != "" {
 		paused = fmt.Sprintf("until %s (%s from now)", rep.PausedUntil, st.PausedUntil.Sub(st.Now).Round(time.Millisecond))
 	}
-	record := "in the log"
+	record := "units in the log"
 	if algo != gate.SlidingLog {
-		record = "in the id record"
+		record = "members in the id record"
 	}
-	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d units %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
+	fmt.Fprintf(stdout, "provider %s (%s) at %s (Redis clock), %d %s, paused: %s\n", rep.Provider, rep.Algorithm, rep.Now, rep.Units, record, paused)
 	fmt.Fprintf(stdout, "margin in force %s (gate.margin %s, gate.margin_max %s): %s\n", m.Margin, m.Floor, m.Ceiling, m.Why)
 	switch rep.LimitsSource {
 	case gate.SourceOverride:

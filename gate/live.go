@@ -309,11 +309,7 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 		// (a count past the cap is past every limit, even less a move's units).
 		if configured := micros(longestWindow(lp.spec.Policies)) + p.ceiling; configured > p.dedup {
 			p.dedup = configured
-			largest := int64(0)
-			for _, pol := range append(append([]Policy(nil), lp.spec.Policies...), policies...) {
-				largest = max(largest, pol.Limit)
-			}
-			p.logCap = 2 * largest
+			p.logCap = 2 * max(largestLimit(lp.spec.Policies), largestLimit(policies))
 		}
 	}
 	base := lp.cur.Load()
@@ -325,6 +321,14 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 		p.source = SourceOverride
 	}
 	return p, nil
+}
+
+func largestLimit(policies []Policy) int64 {
+	var l int64
+	for _, p := range policies {
+		l = max(l, p.Limit)
+	}
+	return l
 }
 
 func longestWindow(policies []Policy) time.Duration {

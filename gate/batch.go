@@ -147,34 +147,47 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 	}
 	args = append(args, l.stale, p.settingsAt(m, nil))
 	replies, err := l.runFamily(ctx, p.script, p.keysFor(nil), args).Slice()
-	if err == nil && len(replies) != len(jobs) {
-		err = fmt.Errorf("batch of %d: %d replies", len(jobs), len(replies))
+	var each [][]int64
+	var errs []error
+	if err == nil {
+		each, errs, err = splitReplies(replies, len(jobs))
 	}
 	for i, j := range jobs {
 		if err != nil {
 			verdict(j, nil, err)
 			continue
 		}
-		reply, err := int64s(replies[i])
-		verdict(j, reply, err)
+		verdict(j, each[i], errs[i])
 	}
 }
 
-// int64s reads one job's reply out of a batch's: its integers, or its error reply.
-func int64s(v any) ([]int64, error) {
-	switch r := v.(type) {
-	case error:
-		return nil, r
-	case []any:
-		out := make([]int64, len(r))
-		for i, x := range r {
-			n, ok := x.(int64)
-			if !ok {
-				return nil, fmt.Errorf("malformed reply %v", r)
-			}
-			out[i] = n
+// splitReplies reads a batch's reply (family.lua's op 'batch': one flat array) into its n jobs' replies:
+// each job's replyLen integers, or its error reply (one element).
+func splitReplies(replies []any, n int) ([][]int64, []error, error) {
+	each, errs, k := make([][]int64, n), make([]error, n), 0
+	for i := range n {
+		if k >= len(replies) {
+			return nil, nil, fmt.Errorf("batch of %d: the reply ends at job %d", n, i+1)
 		}
-		return out, nil
+		if e, ok := replies[k].(error); ok {
+			errs[i], k = e, k+1
+			continue
+		}
+		if k+replyLen > len(replies) {
+			return nil, nil, fmt.Errorf("batch of %d: the reply ends within job %d", n, i+1)
+		}
+		out := make([]int64, replyLen)
+		for x, v := range replies[k : k+replyLen] {
+			num, ok := v.(int64)
+			if !ok {
+				return nil, nil, fmt.Errorf("batch of %d: malformed reply %v for job %d", n, replies[k:k+replyLen], i+1)
+			}
+			out[x] = num
+		}
+		each[i], k = out, k+replyLen
 	}
-	return nil, fmt.Errorf("malformed reply %v", v)
+	if k != len(replies) {
+		return nil, nil, fmt.Errorf("batch of %d: %d values past the last job's reply", n, len(replies)-k)
+	}
+	return each, errs, nil
 }

@@ -88,9 +88,10 @@
 --            (the jobs' slots in the id record with one ZMSCORE), then each job is decided as its own
 --            reserve would be, one after another in the order given, each seeing what the ones before it
 --            did, and the writes of all are applied together at the end (one ZADD to the id record, one
---            write of the algorithm's state). The reply is the n replies in that order (a job's bad
---            argument is its own error reply, the others go on). A runtime error (none is known) writes
---            nothing for any of them
+--            write of the algorithm's state). The reply is one flat array of the n replies in that order:
+--            a job's 13 numbers (reserve's, below), or its error reply, one element (a bad argument; the
+--            others go on). One array, not one per job, as Redis makes each table of a reply an array of
+--            its own at a cost per table. A runtime error (none is known) writes nothing for any of them
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -213,16 +214,18 @@ local now, nwrites, seen_for
 local newest_read, newest_value -- newest_slot's cache
 local kept, standing -- reserve's: writes a denial keeps; in-flight leases standing
 local reset_memo -- reset_after's
--- C: what a reserve call's jobs share beyond the above (start resets it): scores[id] = id's slot in the
--- record as the call began (false: not there; read for a batch's ids at once, which are distinct),
--- ttl[key] = the expiry finish keeps key at least (ms), rec[1..nrec] = the record's new members (score,
--- member, ...), admitted, last = the latest slot admitted, pause_until, tat = the pace's arrival time,
--- first_lease = the earliest lapse of a lease taken, renew_flight: the in-flight set may be emptied by the
--- call's removal of lapsed leases (its expiry then goes with it, and finish sets it anew), p and m:
--- counted_marker's hashes of this call's keys. One table lives on between a function's calls (making it
--- anew on every call was measurable): start sets every field, and makes scores and ttl anew only when the
--- call before used them.
-local C = {scores = {}, ttl = {}, rec = {}, nrec = 0}
+-- C: what a reserve call's jobs share beyond the above (start resets it): got[job] = the slot in the record
+-- of the batch's job-th id as the call began (ZMSCORE's reply, false: not there; a batch's ids are
+-- distinct and read at once; nil for a single call, whose lookup reads its own), ttl[key] = the expiry
+-- finish keeps key at least (ms), rec[1..nrec] = the record's new members (score, member, ...), slot and
+-- score = the slot record formatted last and its string (a batch's jobs mostly share one), admitted, last =
+-- the latest slot admitted, pause_until, tat = the pace's arrival time, first_lease = the earliest lapse of
+-- a lease taken, renew_flight: the in-flight set may be emptied by the call's removal of lapsed leases
+-- (its expiry then goes with it, and finish sets it anew), p and m: counted_marker's hashes of this call's
+-- keys. jc, j4, jf, jm are begin_job's, out and nout a batch's reply (begin forgets them). One table lives on between a function's calls
+-- (making it anew on every call was measurable): start sets every field, and makes ttl anew only when the
+-- call before used it.
+local C = {ttl = {}, rec = {}, nrec = 0}
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
 local function whole(v) return v and v >= 0 and v % 1 == 0 end
@@ -275,18 +278,15 @@ local function begin(keys, argv, o, stale_arg, settings_arg, nargs_ok)
     if nsettings >= 64 then settings, nsettings = {}, 0 end
     settings[settings_arg], nsettings = c, nsettings + 1
   end
-  conf = c
+  conf, C.jc, C.out = c, nil, nil
   margin, dedup, buckets, warmup, pace, tolerance = c.margin, c.dedup, c.buckets, c.warmup, c.pace, c.tolerance
   max_flight, lease, M, limits, windows, P = c.max_flight, c.lease, c.M, c.limits, c.windows, c.P
   PP = P - M -- the provider's policies are 1..PP; the merchant's PP+1..P
   return nil
 end
 
-local function begin_job(job_id, cost_arg, arg4_arg, force_arg, merchant_arg)
-  id = job_id
-  if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
-    return bad('job id must be 1..600 bytes without NUL; length', #id)
-  end
+-- job_args sets cost, arg4, forced and merchant from a job's arguments, checking each.
+local function job_args(cost_arg, arg4_arg, force_arg, merchant_arg)
   cost, arg4, forced = tonumber(cost_arg), tonumber(arg4_arg), tonumber(force_arg)
   if not whole(cost) then return bad('ARGV[3] must be a whole number >= 0', cost_arg) end
   if not whole(arg4) then return bad('ARGV[4] must be a whole number >= 0', arg4_arg) end
@@ -302,6 +302,22 @@ local function begin_job(job_id, cost_arg, arg4_arg, force_arg, merchant_arg)
     end
   end
   if M > 0 and merchant == '' then return bad('merchant policies need a merchant', M) end
+  return nil
+end
+
+local function begin_job(job_id, cost_arg, arg4_arg, force_arg, merchant_arg)
+  id = job_id
+  if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
+    return bad('job id must be 1..600 bytes without NUL; length', #id)
+  end
+  -- A batch's jobs mostly share these four: parsed and checked again only when they change (C.jc..C.jm,
+  -- the last good ones of the call; begin forgets them).
+  if cost_arg ~= C.jc or arg4_arg ~= C.j4 or force_arg ~= C.jf or merchant_arg ~= C.jm then
+    C.jc = nil
+    local err = job_args(cost_arg, arg4_arg, force_arg, merchant_arg)
+    if err then return err end
+    C.jc, C.j4, C.jf, C.jm = cost_arg, arg4_arg, force_arg, merchant_arg
+  end
   upto, provider_counted, merchant_counted, reset_memo = PP, false, false, nil
   return nil
 end
@@ -357,11 +373,12 @@ local function start()
   -- seen_for: how long the registry of merchants (KEYS[#KEYS-4]) keeps a merchant after its newest slot
   seen_for = math.max(dedup, 60000000)
   newest_read, newest_value, kept, standing, reset_memo = false, nil, 0, 0, nil
-  if next(C.scores) ~= nil then C.scores = {} end
+  C.got, C.job = nil, 0
   if next(C.ttl) ~= nil then C.ttl = {} end
   if C.nrec > 4096 then C.rec = {} end -- a big batch's: not kept for ever
   C.nrec, C.admitted, C.last, C.pause_until, C.tat, C.first_lease, C.renew_flight = 0, false, 0, 0, 0, nil, false
   C.p, C.m = nil, nil -- counted_marker's hashes: this call's keys
+  C.slot, C.score = nil, nil
   return nil
 end
 
@@ -727,8 +744,14 @@ end
 -- the call's latest slot. Every slot in the record is at most reset_after from now (the newest admission
 -- is what sets it), so that expiry never cuts a later entry short.
 local function record(slot, n, marker, marker2)
-  local rec, score = C.rec, int(slot)
-  local k = put_members(rec, C.nrec, n, score)
+  local rec, score = C.rec, C.score
+  if slot ~= C.slot then score = int(slot); C.slot, C.score = slot, score end
+  local k = C.nrec
+  if n == 1 then
+    rec[k + 1], rec[k + 2], k = score, id, k + 2
+  else
+    k = put_members(rec, k, n, score)
+  end
   if marker then rec[k + 1], rec[k + 2], k = score, marker, k + 2 end
   if marker2 then rec[k + 1], rec[k + 2], k = score, marker2, k + 2 end
   C.nrec = k
@@ -786,9 +809,9 @@ local function trim() write('ZREMRANGEBYSCORE', ids, '-inf', string.format('(%d'
 -- either. Marks matter only to an id in the record (a mark left from an earlier life of an id that has left the
 -- record since is harmless: it can only refuse a release, which keeps a unit spent, never too few).
 local function lookup()
-  local prev = C.scores[id]
-  if prev == nil then prev = tonumber(redis.call('ZSCORE', ids, id) or nil) end
-  prev = prev or nil
+  local prev
+  if C.got then prev = C.got[C.job] else prev = redis.call('ZSCORE', ids, id) end
+  prev = prev and tonumber(prev) or nil
   if prev and prev < now - dedup then prev = nil end
   if not prev then return nil, false end
   return prev, redis.call('HGET', sent, id)
@@ -825,9 +848,16 @@ local function deny(r)
   drop_writes(kept)
   return r
 end
+-- reply returns the 13 numbers in a table of their own, or, in a batch, appends them to the call's reply
+-- (C.out, of C.nout values so far) and returns it.
 local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
-  return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, math.max(0, math.ceil(reset_after())),
-    in_flight or 0, leased or 0}
+  local r, k = C.out, C.nout
+  if not r then r, k = {}, 0 end
+  r[k + 1], r[k + 2], r[k + 3], r[k + 4], r[k + 5], r[k + 6], r[k + 7] = allowed, dup, delay, retry, room, index - 1, now
+  r[k + 8], r[k + 9], r[k + 10], r[k + 11], r[k + 12], r[k + 13] = paused, admitted, moved,
+    math.max(0, math.ceil(reset_after())), in_flight or 0, leased or 0
+  C.nout = k + 13
+  return r
 end
 local function lease_free() return max_flight == 0 or standing < max_flight end
 -- take_lease queues a lease, lapsing at slot + lease: its member is id..tag..now_us (tag '\0', or '\0d' for
@@ -1079,14 +1109,18 @@ local function batch(keys, argv)
   if M > 0 then return bad('batch: merchant policies go alone; merchant policies', M) end
   local out, names, asked, started = {}, {}, {}, false
   for i = 1, n do names[i] = argv[2 + (i - 1) * 5 + 1] end
+  C.out, C.nout = out, 0
   for i = 1, n do
     local b = 2 + (i - 1) * 5
-    out[i] = begin_job(argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5])
-    if not out[i] and asked[id] then
+    local e = begin_job(argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5])
+    if not e and asked[id] then
       -- Each job is decided against the state as the call read it (lookup): a job id comes once a call.
-      out[i] = bad('batch: a job id at most once a call; repeated', id)
+      e = bad('batch: a job id at most once a call; repeated', id)
     end
-    if not out[i] then
+    if e then
+      C.nout = C.nout + 1
+      out[C.nout] = e
+    else
       asked[id] = true
       if not started then
         -- The call's reads, at its first good job (a batch of bad jobs reads and writes nothing, as each
@@ -1097,10 +1131,10 @@ local function batch(keys, argv)
         algo.init()
         algo.load(true)
         prepare()
-        local got = redis.call('ZMSCORE', ids, unpack(names))
-        for j = 1, n do C.scores[names[j]] = tonumber(got[j] or nil) or false end
+        C.got = redis.call('ZMSCORE', ids, unpack(names))
       end
-      out[i] = reserve()
+      C.job = i
+      reserve() -- its reply goes into out
     end
   end
   if started then finish() end

@@ -996,15 +996,17 @@ local function reserve()
   C.admitted = true
   if pace > 0 then C.tat = math.max(tat, slot) + cost * pace end
   if newest_read and (not newest_value or slot > newest_value) then newest_value = slot end
-  record(slot, cost, provider_marker(), merchant_marker())
+  if algo.counters then record(slot, cost, provider_marker(), merchant_marker()) else record(slot, cost) end
   if merchant ~= '' then
     write('ZADD', merchants, 'GT', int(slot), merchant)
     write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - seen_for))
     expire(merchants, (math.max(slot - now, reset_after()) + seen_for) / 1000 + 1000)
   end
-  take_lease('\0', slot)
   local leased = 0
-  if max_flight > 0 then leased = 1 end
+  if max_flight > 0 then
+    take_lease('\0', slot)
+    leased = 1
+  end
   local room, index = algo.room(slot)
   return reply(1, 0, wait, 0, room, blocker or index, paused, old, moved, 0, leased)
 end

@@ -161,33 +161,50 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 	}
 }
 
-// splitReplies reads a batch's reply (family.lua's op 'batch': one flat array) into its n jobs' replies:
-// each job's replyLen integers, or its error reply (one element).
+// splitReplies reads a batch's reply (family.lua's op 'batch': one flat array, now_us and then each job's
+// error reply or its 6 numbers) into its n jobs' replies, each as a single reserve's (replyLen numbers).
 func splitReplies(replies []any, n int) ([][]int64, []error, error) {
-	each, errs, k := make([][]int64, n), make([]error, n), 0
+	malformed := func(what string, args ...any) error {
+		return fmt.Errorf("batch of %d: malformed reply: "+what, append([]any{n}, args...)...)
+	}
+	if len(replies) == 0 {
+		return nil, nil, malformed("empty")
+	}
+	now, ok := replies[0].(int64)
+	if !ok {
+		return nil, nil, malformed("now %v", replies[0])
+	}
+	each, errs, k := make([][]int64, n), make([]error, n), 1
+	var nums [batchReplyLen]int64
 	for i := range n {
-		if k >= len(replies) {
-			return nil, nil, fmt.Errorf("batch of %d: the reply ends at job %d", n, i+1)
-		}
-		if e, ok := replies[k].(error); ok {
-			errs[i], k = e, k+1
-			continue
-		}
-		if k+replyLen > len(replies) {
-			return nil, nil, fmt.Errorf("batch of %d: the reply ends within job %d", n, i+1)
-		}
-		out := make([]int64, replyLen)
-		for x, v := range replies[k : k+replyLen] {
-			num, ok := v.(int64)
-			if !ok {
-				return nil, nil, fmt.Errorf("batch of %d: malformed reply %v for job %d", n, replies[k:k+replyLen], i+1)
+		if k < len(replies) {
+			if e, ok := replies[k].(error); ok {
+				errs[i], k = e, k+1
+				continue
 			}
-			out[x] = num
 		}
-		each[i], k = out, k+replyLen
+		if k+batchReplyLen > len(replies) {
+			return nil, nil, malformed("it ends at job %d", i+1)
+		}
+		for x, v := range replies[k : k+batchReplyLen] {
+			if nums[x], ok = v.(int64); !ok {
+				return nil, nil, malformed("%v for job %d", replies[k:k+batchReplyLen], i+1)
+			}
+		}
+		k += batchReplyLen
+		flags := nums[0]
+		r := make([]int64, replyLen)
+		r[replyAllowed], r[replyDuplicate], r[replyPaused] = flags&1, flags>>1&1, flags>>2&1
+		r[replyMoved], r[replyInFlight], r[replyLease], r[replyPolicy] = flags>>3&1, flags>>4&1, flags>>5&3, flags>>7
+		r[replyDelay], r[replyRetryAfter], r[replyRemaining], r[replyAdmittedAt], r[replyResetAfter] = nums[1], nums[2], nums[3], nums[4], nums[5]
+		r[replyNow] = now
+		each[i] = r
 	}
 	if k != len(replies) {
-		return nil, nil, fmt.Errorf("batch of %d: %d values past the last job's reply", n, len(replies)-k)
+		return nil, nil, malformed("%d values past the last job's", len(replies)-k)
 	}
 	return each, errs, nil
 }
+
+// batchReplyLen is how many numbers a batch's reply holds for each job decided (family.lua's op 'batch').
+const batchReplyLen = 6

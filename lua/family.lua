@@ -88,10 +88,14 @@
 --            (the jobs' slots in the id record with one ZMSCORE), then each job is decided as its own
 --            reserve would be, one after another in the order given, each seeing what the ones before it
 --            did, and the writes of all are applied together at the end (one ZADD to the id record, one
---            write of the algorithm's state). The reply is one flat array of the n replies in that order:
---            a job's 13 numbers (reserve's, below), or its error reply, one element (a bad argument; the
---            others go on). One array, not one per job, as Redis makes each table of a reply an array of
---            its own at a cost per table. A runtime error (none is known) writes nothing for any of them
+--            write of the algorithm's state). The reply is one flat array: now_us (0 when no job was
+--            decided), then the n jobs' replies in order, each its error reply, one element (a bad
+--            argument; the others go on), or 6 numbers: reserve's below but for now_us, with its flags
+--            and policy in the first, {allowed + 2 duplicate + 4 paused + 8 moved + 16 in_flight +
+--            32 lease + 128 policy, delay_us, retry_after_us, remaining, admitted_us, reset_after_us}.
+--            Redis turns each table, and each number, of a reply into RESP at a cost of its own: one
+--            array, and 6 numbers a job instead of 13, take about a microsecond a job less. A runtime
+--            error (none is known) writes nothing for any of them
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -848,15 +852,16 @@ local function deny(r)
   drop_writes(kept)
   return r
 end
--- reply returns the 13 numbers in a table of their own, or, in a batch, appends them to the call's reply
--- (C.out, of C.nout values so far) and returns it.
+-- reply returns the 13 numbers in a table of their own, or, in a batch, appends the job's 6 (see the
+-- header) to the call's reply (C.out, of C.nout values so far) and returns it.
 local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
+  local reset = math.max(0, math.ceil(reset_after()))
+  in_flight, leased = in_flight or 0, leased or 0
   local r, k = C.out, C.nout
-  if not r then r, k = {}, 0 end
-  r[k + 1], r[k + 2], r[k + 3], r[k + 4], r[k + 5], r[k + 6], r[k + 7] = allowed, dup, delay, retry, room, index - 1, now
-  r[k + 8], r[k + 9], r[k + 10], r[k + 11], r[k + 12], r[k + 13] = paused, admitted, moved,
-    math.max(0, math.ceil(reset_after())), in_flight or 0, leased or 0
-  C.nout = k + 13
+  if not r then return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, reset, in_flight, leased} end
+  r[k + 1] = allowed + 2 * dup + 4 * paused + 8 * moved + 16 * in_flight + 32 * leased + 128 * (index - 1)
+  r[k + 2], r[k + 3], r[k + 4], r[k + 5], r[k + 6] = delay, retry, room, admitted, reset
+  C.nout = k + 6
   return r
 end
 local function lease_free() return max_flight == 0 or standing < max_flight end
@@ -1111,7 +1116,7 @@ local function batch(keys, argv)
   if M > 0 then return bad('batch: merchant policies go alone; merchant policies', M) end
   local out, names, asked, started = {}, {}, {}, false
   for i = 1, n do names[i] = argv[2 + (i - 1) * 5 + 1] end
-  C.out, C.nout = out, 0
+  C.out, C.nout = out, 1 -- out[1]: now, once a job is decided
   for i = 1, n do
     local b = 2 + (i - 1) * 5
     local e = begin_job(argv[b + 1], argv[b + 2], argv[b + 3], argv[b + 4], argv[b + 5])
@@ -1139,7 +1144,11 @@ local function batch(keys, argv)
       reserve() -- its reply goes into out
     end
   end
-  if started then finish() end
+  out[1] = 0
+  if started then
+    finish()
+    out[1] = now
+  end
   return out
 end
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/stats"
 	"github.com/paygate/paygate/providers/sim"
 )
@@ -123,18 +124,100 @@ func parallel(ctx context.Context, decide func(context.Context, string) (bool, e
 // were barely called: the local limiter makes no Redis calls). A script runs as EVALSHA or, paygate's on
 // Redis 7, as FCALL.
 func usPerCall(info string, cmds ...string) float64 {
-	var calls, usec float64
+	calls, usec := commandStats(info, cmds...)
+	if calls < costSerial/2 {
+		return 0
+	}
+	return float64(usec) / float64(calls)
+}
+
+// commandStats is the calls and µs of commands (together) in INFO commandstats.
+func commandStats(info string, cmds ...string) (calls, usec int64) {
 	for _, cmd := range cmds {
 		m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+),usec=(\d+)`).FindStringSubmatch(info)
 		if m == nil {
 			continue
 		}
-		c, _ := strconv.ParseFloat(m[1], 64)
-		u, _ := strconv.ParseFloat(m[2], 64)
+		c, _ := strconv.ParseInt(m[1], 10, 64)
+		u, _ := strconv.ParseInt(m[2], 10, 64)
 		calls, usec = calls+c, usec+u
 	}
-	if calls < costSerial/2 {
-		return 0
+	return calls, usec
+}
+
+// batchCost is the Redis-side time of batched decisions: size callers reserve at once, round after round,
+// through a gate with gate.batch = size and the longest linger, so that each call decides exactly size
+// jobs (the linger ends when size are queued); µs inside Redis (INFO commandstats) over jobs admitted.
+type batchCost struct {
+	size          int
+	calls, jobs   int64
+	redisUsPerJob float64
+}
+
+// batchSizes are the batches measured: one job a call, then gate.batch's usual range.
+var batchSizes = []int{1, 16, 32, 64}
+
+// batchJobs is how many jobs each size decides (after as many to warm up): the log of sliding_log holds a
+// few thousand units, as a real provider's does.
+const batchJobs = 3072
+
+func runBatchCost(ctx context.Context, rdb redis.UniversalClient) ([]batchCost, error) {
+	var out []batchCost
+	for _, size := range batchSizes {
+		l, err := gate.New(rdb, gate.Options{Prefix: fmt.Sprintf("bench-batch-%d-%d", time.Now().UnixNano(), size),
+			Batch: size, BatchLinger: gate.MaxBatchLinger,
+			Providers: map[string]gate.Provider{"p": {Policies: []gate.Policy{{Limit: gate.MaxSlidingLogLimit, Window: time.Minute}}}}})
+		if err != nil {
+			return nil, err
+		}
+		round := func(tag string, r int) error {
+			var wg sync.WaitGroup
+			errs := make(chan error, size)
+			for g := range size {
+				wg.Go(func() {
+					v, err := l.Reserve(ctx, "p", fmt.Sprintf("%s-%d-%d", tag, r, g), 1, time.Second)
+					if err == nil && !v.Allowed {
+						err = fmt.Errorf("denied: %+v", v)
+					}
+					if err != nil {
+						errs <- err
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			return <-errs
+		}
+		for r := range batchJobs / size {
+			if err := round("warm", r); err != nil {
+				return nil, fmt.Errorf("batch of %d: %w", size, err)
+			}
+		}
+		before, err := scriptStats(ctx, rdb)
+		if err != nil {
+			return nil, err
+		}
+		for r := range batchJobs / size {
+			if err := round("b", r); err != nil {
+				return nil, fmt.Errorf("batch of %d: %w", size, err)
+			}
+		}
+		after, err := scriptStats(ctx, rdb)
+		if err != nil {
+			return nil, err
+		}
+		jobs := int64(batchJobs / size * size)
+		out = append(out, batchCost{size: size, calls: after[0] - before[0], jobs: jobs, redisUsPerJob: float64(after[1]-before[1]) / float64(jobs)})
 	}
-	return usec / calls
+	return out, nil
+}
+
+// scriptStats is {calls, µs} of the scripts (FCALL and EVALSHA together) from INFO commandstats.
+func scriptStats(ctx context.Context, rdb redis.UniversalClient) ([2]int64, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return [2]int64{}, err
+	}
+	calls, usec := commandStats(info, "fcall", "evalsha")
+	return [2]int64{calls, usec}, nil
 }

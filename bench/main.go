@@ -36,7 +36,7 @@ func main() {
 	amqpURL := flag.String("amqp", envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	accuracyFor := flag.Duration("accuracy", 10*time.Second, "length of each contender's accuracy run (6 cases x 6 contenders)")
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
-	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory")
+	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, batch (its batched decisions alone), accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory")
 	flag.Parse()
 	if *only != "" && !flagSet("out") {
 		*out = "-" // some sections only: BENCHMARKS.md keeps the full run's, and bench/plots its plots
@@ -134,6 +134,15 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 		}
 		fmt.Fprintln(&b, "The sliding log's script makes 8 + 1 per policy `redis.call`s (TIME, trim, duplicate check, queue tail, pause, counts, record, expire), each about 1.6 µs inside this Redis; each carries a guarantee the naive script lacks (server clock, idempotent admission, reservations, several windows atomically). What it saves is calls per dispatched job: see scenario 2.")
 
+	}
+	if want("cost") || want("batch") {
+		fmt.Fprintln(os.Stderr, "bench: batched decisions")
+		bc, err := runBatchCost(ctx, rdb)
+		if err != nil {
+			return fmt.Errorf("batched decisions: %w", err)
+		}
+		fmt.Fprintf(&b, "\n### Batched decisions\n\nThe gate with `gate.batch: N` and the longest linger, N callers reserving at once, round after round, so that each call decides exactly N new jobs (`sliding_log`, a log of a few thousand units); %d jobs for each N after as many to warm up. Redis-side time from `INFO commandstats` over jobs admitted.\n\n", batchJobs)
+		batchTable(&b, bc)
 	}
 
 	if want("accuracy") {

@@ -31,6 +31,25 @@ func costTable(b *strings.Builder, rs []costResult) {
 	}
 }
 
+func batchTable(b *strings.Builder, rs []batchCost) {
+	fmt.Fprintln(b, "| jobs a call | calls | jobs | Redis-side per job |")
+	fmt.Fprintln(b, "|---|---|---|---|")
+	for _, r := range rs {
+		fmt.Fprintf(b, "| %d | %d | %d | %.1f µs |\n", r.size, r.calls, r.jobs, r.redisUsPerJob)
+	}
+	var verdicts []string
+	for _, r := range rs {
+		if r.size >= 16 {
+			verdict := "met"
+			if r.redisUsPerJob > 5 {
+				verdict = "**not met**"
+			}
+			verdicts = append(verdicts, fmt.Sprintf("%d a call, %.1f µs: %s", r.size, r.redisUsPerJob, verdict))
+		}
+	}
+	fmt.Fprintf(b, "\nGoal: ≤ 5 µs per admitted job at batch sizes of 16 and more. %s.\n", strings.Join(verdicts, "; "))
+}
+
 func accuracyTable(b *strings.Builder, rs []accuracyResult) {
 	fmt.Fprintln(b, "| contender | accepted | violations | utilisation | limiter calls per job | p99 wait |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|")

@@ -170,6 +170,7 @@ func runBatchCost(ctx context.Context, rdb redis.UniversalClient) ([]batchCost, 
 		if err != nil {
 			return nil, err
 		}
+		// round has size callers reserve at once; rounds makes batchJobs / size of them.
 		round := func(tag string, r int) error {
 			var wg sync.WaitGroup
 			errs := make(chan error, size)
@@ -188,19 +189,23 @@ func runBatchCost(ctx context.Context, rdb redis.UniversalClient) ([]batchCost, 
 			close(errs)
 			return <-errs
 		}
-		for r := range batchJobs / size {
-			if err := round("warm", r); err != nil {
-				return nil, fmt.Errorf("batch of %d: %w", size, err)
+		rounds := func(tag string) error {
+			for r := range batchJobs / size {
+				if err := round(tag, r); err != nil {
+					return fmt.Errorf("batch of %d: %w", size, err)
+				}
 			}
+			return nil
+		}
+		if err := rounds("warm"); err != nil {
+			return nil, err
 		}
 		before, err := scriptStats(ctx, rdb)
 		if err != nil {
 			return nil, err
 		}
-		for r := range batchJobs / size {
-			if err := round("b", r); err != nil {
-				return nil, fmt.Errorf("batch of %d: %w", size, err)
-			}
+		if err := rounds("b"); err != nil {
+			return nil, err
 		}
 		after, err := scriptStats(ctx, rdb)
 		if err != nil {

@@ -94,8 +94,8 @@
 --            and policy in the first, {allowed + 2 duplicate + 4 paused + 8 moved + 16 in_flight +
 --            32 lease + 128 policy, delay_us, retry_after_us, remaining, admitted_us, reset_after_us}.
 --            Redis turns each table, and each number, of a reply into RESP at a cost of its own: one
---            array, and 6 numbers a job instead of 13, take about a microsecond a job less. A runtime
---            error (none is known) writes nothing for any of them
+--            array, and 6 numbers a job instead of a table of 13, took about half a microsecond a job
+--            less (BenchmarkReserveBatch). A runtime error (none is known) writes nothing for any of them
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
 --                  moved, reset_after_us, in_flight, lease} (gate.go names each index):
@@ -226,9 +226,9 @@ local reset_memo -- reset_after's
 -- the latest slot admitted, pause_until, tat = the pace's arrival time, first_lease = the earliest lapse of
 -- a lease taken, renew_flight: the in-flight set may be emptied by the call's removal of lapsed leases
 -- (its expiry then goes with it, and finish sets it anew), p and m: counted_marker's hashes of this call's
--- keys. jc, j4, jf, jm are begin_job's, out and nout a batch's reply (begin forgets them). One table lives on between a function's calls
--- (making it anew on every call was measurable): start sets every field, and makes ttl anew only when the
--- call before used it.
+-- keys. jc, j4, jf, jm are begin_job's, out and nout a batch's reply (begin forgets them). One table lives
+-- on between a function's calls (making it anew on every call was measurable): start sets every field,
+-- and makes ttl anew only when the call before used it.
 local C = {ttl = {}, rec = {}, nrec = 0}
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end

@@ -422,3 +422,67 @@ func lingering(t *testing.T, rdb redis.UniversalClient) (l *gate.Limiter, calls 
 		waitUntil(t, fmt.Sprintf("%d reserves queued", n), func() bool { return queued() == n })
 	}
 }
+
+// A batch's reply packs each job's flags and policy into one number, and names now once (family.lua's
+// op 'batch'): every field comes back as the job's own reserve gives it. The first job bad, a paused
+// provider (admitting, then denying), duplicates let go on leases of their own, the second policy the
+// tightest, and a batch of bad jobs only, against the same calls one job at a time on a twin gate.
+func TestBatchReplyCarriesEveryField(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		mk := func() *gate.Limiter {
+			return newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(100, time.Hour), pol(5, 24*time.Hour)},
+				MaxInFlight: 10, Lease: time.Hour})
+		}
+		batched, alone := mk(), mk()
+		type want struct{ allowed, dup, paused bool }
+		for round, c := range []struct {
+			ids   []string
+			costs []int64
+			pause bool
+			wait  time.Duration
+			want  []want // nil: a bad job
+		}{
+			{[]string{"bad", "a", "b"}, []int64{99, 1, 2}, false, time.Hour, []want{{}, {allowed: true}, {allowed: true}}},
+			{[]string{"a", "c", "b"}, []int64{1, 1, 2}, true, time.Hour, []want{{allowed: true, dup: true, paused: true}, {allowed: true, paused: true}, {allowed: true, dup: true, paused: true}}},
+			{[]string{"d", "e"}, []int64{1, 1}, false, time.Millisecond, []want{{paused: true}, {paused: true}}}, // denied: the pause outlasts the wait
+			{[]string{"x", "y"}, []int64{0, 6}, false, time.Hour, []want{{}, {}}},
+		} {
+			if c.pause {
+				until := time.Now().Add(time.Minute)
+				for _, l := range []*gate.Limiter{batched, alone} {
+					if err := l.Pause(ctx, prov, until); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			vs, errs := gate.DecideBatch(ctx, batched, prov, c.ids, c.costs, c.wait)
+			for i, id := range c.ids {
+				w, werr := alone.Reserve(ctx, prov, id, c.costs[i], c.wait)
+				got, gerr := vs[i], errs[i]
+				if (werr != nil) != (gerr != nil) || (gerr != nil) != (c.costs[i] < 1 || c.costs[i] > 5) {
+					t.Fatalf("round %d, %s (cost %d): batch error %v, alone %v", round, id, c.costs[i], gerr, werr)
+				}
+				if gerr != nil {
+					continue
+				}
+				if got.Allowed != c.want[i].allowed || got.Duplicate != c.want[i].dup || got.Paused != c.want[i].paused {
+					t.Fatalf("round %d, %s: %+v, want %+v", round, id, got, c.want[i])
+				}
+				if got.Allowed != w.Allowed || got.Duplicate != w.Duplicate || got.Paused != w.Paused || got.Moved != w.Moved ||
+					got.InFlight != w.InFlight || got.Policy != w.Policy || got.Remaining != w.Remaining || got.Now.IsZero() ||
+					(got.Lease == "") != (w.Lease == "") || strings.HasPrefix(got.Lease, id+"\x00d") != strings.HasPrefix(w.Lease, id+"\x00d") ||
+					got.AdmittedAt.IsZero() != w.AdmittedAt.IsZero() || (got.ResetAfter == 0) != (w.ResetAfter == 0) ||
+					(got.Delay-w.Delay).Abs() > time.Second || (got.RetryAfter-w.RetryAfter).Abs() > time.Second {
+					t.Fatalf("round %d, %s: batch %+v\nalone %+v", round, id, got, w)
+				}
+				if got.Policy != 1 {
+					t.Fatalf("round %d, %s: policy %d, want the second (5 a day), the tightest", round, id, got.Policy)
+				}
+				if got.Duplicate && !strings.HasPrefix(got.Lease, id+"\x00d") {
+					t.Fatalf("round %d, %s: a duplicate let go on lease %q, want its own", round, id, got.Lease)
+				}
+			}
+		}
+	})
+}

@@ -226,9 +226,9 @@ local reset_memo -- reset_after's
 -- the latest slot admitted, pause_until, tat = the pace's arrival time, first_lease = the earliest lapse of
 -- a lease taken, renew_flight: the in-flight set may be emptied by the call's removal of lapsed leases
 -- (its expiry then goes with it, and finish sets it anew), p and m: counted_marker's hashes of this call's
--- keys. jc, j4, jf, jm are begin_job's, out and nout a batch's reply (begin forgets them). One table lives
--- on between a function's calls (making it anew on every call was measurable): start sets every field,
--- and makes ttl anew only when the call before used it.
+-- keys. jc, j4, jf, jm are begin_job's, out and nout a batch's reply (begin forgets them: they are set
+-- before start). One table lives on between a function's calls (making it anew on every call was
+-- measurable): start (or begin) sets every field, and makes ttl anew only when the call before used it.
 local C = {ttl = {}, rec = {}, nrec = 0}
 
 local function bad(what, value) return redis.error_reply('ERR paygate: ' .. what .. ', got ' .. tostring(value)) end
@@ -930,7 +930,8 @@ local function prepare()
 end
 
 -- reserve decides the job begin_job set, after prepare and the jobs of the call before it, and returns its
--- reply. Its writes are queued; finish applies the call's.
+-- reply (in a batch, the call's, which it appends to: see reply). Its writes are queued; finish applies
+-- the call's.
 local function reserve()
   kept = nwrites
   local prev, marked = lookup()
@@ -1141,7 +1142,10 @@ local function batch(keys, argv)
         C.got = redis.call('ZMSCORE', ids, unpack(names))
       end
       C.job = i
+      local k = C.nout
       reserve() -- its reply goes into out
+      -- Every way out of reserve replies once: a job without its 6 numbers would shift every later one
+      if C.nout ~= k + 6 then error('paygate: batch job ' .. i .. ' left ' .. (C.nout - k) .. ' numbers') end
     end
   end
   out[1] = 0

@@ -159,7 +159,7 @@ var batchSizes = []int{1, 16, 32, 64}
 
 // batchJobs is how many jobs each size decides (after as many to warm up): the log of sliding_log holds a
 // few thousand units, as a real provider's does.
-const batchJobs = 3072
+const batchJobs = 12288
 
 func runBatchCost(ctx context.Context, rdb redis.UniversalClient) ([]batchCost, error) {
 	var out []batchCost

@@ -8,6 +8,7 @@ package wire
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -79,13 +80,28 @@ const (
 // Redis. A worker killed while it holds a lease gives its place back this long after the timeout.
 const LeaseSlack = 2 * time.Second
 
-// Redis returns a client for the configured Redis (single node, Cluster or Sentinel).
+// PoolSpare is how many connections a process's pool keeps beyond its providers' handlers: the batched
+// calls, the margin's reports, the ends of in-flight leases (Redis).
+const PoolSpare = 8
+
+// Redis returns a client for the configured Redis (single node, Cluster or Sentinel), its pool sized for
+// a worker's load: a connection for every call that can be on its way at once, so that no decision waits
+// for one. That is each provider's handlers (worker.concurrency each; a merchant's job, a release, a
+// late request's move go alone) and PoolSpare, and never fewer than go-redis's 10 per CPU. go-redis
+// opens them only as calls need them: a batching worker holds about one a provider. Its timeouts are
+// go-redis's (docs/operations.md, "Scaling out").
 func Redis(c *config.Config) (redis.UniversalClient, error) {
 	opts, err := c.Redis.Options()
 	if err != nil {
 		return nil, ConfigError{err}
 	}
+	opts.PoolSize = PoolSize(c)
 	return redis.NewUniversalClient(opts), nil
+}
+
+// PoolSize is the size of a process's Redis pool (per node, on a Cluster): see Redis.
+func PoolSize(c *config.Config) int {
+	return max(10*runtime.GOMAXPROCS(0), len(c.Providers)*c.Worker.Concurrency+PoolSpare)
 }
 
 // Gate builds the gate over every configured provider, on rdb.

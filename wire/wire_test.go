@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/internal/testenv"
@@ -145,5 +148,31 @@ func TestBuild(t *testing.T) {
 	}
 	if st := ref.Stats(); st.Accepted != 3 || st.Requests != 3 || st.Violations != 0 {
 		t.Fatalf("provider saw %+v, want 3 accepted of 3 requests", st)
+	}
+}
+
+// The pool holds a connection for every call that can be on its way at once: each provider's handlers
+// and the process's own, never fewer than go-redis's 10 per CPU; the client is built with it.
+func TestPoolSize(t *testing.T) {
+	c := testConfig(t, "http://127.0.0.1:1/pay", config.Limit{Requests: 10, Per: time.Second})
+	floor := 10 * runtime.GOMAXPROCS(0)
+	if got := wire.PoolSize(c); got != max(floor, 4+wire.PoolSpare) {
+		t.Fatalf("one provider, 4 handlers: pool of %d, want %d", got, max(floor, 4+wire.PoolSpare))
+	}
+	c.Worker.Concurrency = 16
+	for i := range 5 {
+		c.Providers[fmt.Sprint("p", i)] = c.Providers["acme"]
+	}
+	want := max(floor, 6*16+wire.PoolSpare)
+	if got := wire.PoolSize(c); got != want {
+		t.Fatalf("6 providers, 16 handlers each: pool of %d, want %d", got, want)
+	}
+	rdb, err := wire.Redis(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if got := rdb.(*redis.Client).Options().PoolSize; got != want {
+		t.Fatalf("the client's pool: %d, want %d", got, want)
 	}
 }

@@ -743,25 +743,6 @@ local function members_of(n)
   return members
 end
 
--- record puts the id's members for an admission of cost n (members_of's, then the markers that are not
--- nil) into the record at slot: finish adds the call's in one ZADD and sets the record's expiry once, from
--- the call's latest slot. Every slot in the record is at most reset_after from now (the newest admission
--- is what sets it), so that expiry never cuts a later entry short.
-local function record(slot, n, marker, marker2)
-  local rec, score = C.rec, C.score
-  if slot ~= C.slot then score = int(slot); C.slot, C.score = slot, score end
-  local k = C.nrec
-  if n == 1 then
-    rec[k + 1], rec[k + 2], k = score, id, k + 2
-  else
-    k = put_members(rec, k, n, score)
-  end
-  if marker then rec[k + 1], rec[k + 2], k = score, marker, k + 2 end
-  if marker2 then rec[k + 1], rec[k + 2], k = score, marker2, k + 2 end
-  C.nrec = k
-  if slot > C.last then C.last = slot end
-end
-
 -- extend asks finish to keep key at least ttl_ms from now (one PTTL and at most one PEXPIRE per key and
 -- call, whatever the number of jobs that asked).
 local function extend(key, ttl_ms)
@@ -794,6 +775,29 @@ local function counted_marker(tag, first, last)
 end
 local function provider_marker() return counted_marker('p', 4, 3 + PP) end
 local function merchant_marker() return counted_marker('m', 4 + PP, 3 + P) end
+
+-- record puts the id's members for an admission of cost n (members_of's, then under the counters the
+-- markers of the keys that counted it: see counted_marker) into the record at slot: finish adds the call's
+-- in one ZADD and sets the record's expiry once, from the call's latest slot. Every slot in the record is
+-- at most reset_after from now (the newest admission is what sets it), so that expiry never cuts a later
+-- entry short.
+local function record(slot, n)
+  local rec, score = C.rec, C.score
+  if slot ~= C.slot then score = int(slot); C.slot, C.score = slot, score end
+  local k = C.nrec
+  if n == 1 then
+    rec[k + 1], rec[k + 2], k = score, id, k + 2
+  else
+    k = put_members(rec, k, n, score)
+  end
+  if algo.counters then
+    local pm, mm = provider_marker(), merchant_marker()
+    if pm then rec[k + 1], rec[k + 2], k = score, pm, k + 2 end
+    if mm then rec[k + 1], rec[k + 2], k = score, mm, k + 2 end
+  end
+  C.nrec = k
+  if slot > C.last then C.last = slot end
+end
 
 -- holds tells whether members (units_at's) include marker.
 local function holds(members, marker)
@@ -1002,17 +1006,15 @@ local function reserve()
   C.admitted = true
   if pace > 0 then C.tat = math.max(tat, slot) + cost * pace end
   if newest_read and (not newest_value or slot > newest_value) then newest_value = slot end
-  if algo.counters then record(slot, cost, provider_marker(), merchant_marker()) else record(slot, cost) end
+  record(slot, cost)
   if merchant ~= '' then
     write('ZADD', merchants, 'GT', int(slot), merchant)
     write('ZREMRANGEBYSCORE', merchants, '-inf', '(' .. int(now - seen_for))
     expire(merchants, (math.max(slot - now, reset_after()) + seen_for) / 1000 + 1000)
   end
+  take_lease('\0', slot)
   local leased = 0
-  if max_flight > 0 then
-    take_lease('\0', slot)
-    leased = 1
-  end
+  if max_flight > 0 then leased = 1 end
   local room, index = algo.room(slot)
   return reply(1, 0, wait, 0, room, blocker or index, paused, old, moved, 0, leased)
 end
@@ -1148,11 +1150,8 @@ local function batch(keys, argv)
       if C.nout ~= k + 6 then error('paygate: batch job ' .. i .. ' left ' .. (C.nout - k) .. ' numbers') end
     end
   end
-  out[1] = 0
-  if started then
-    finish()
-    out[1] = now
-  end
+  if started then finish() end
+  out[1] = started and now or 0
   return out
 end
 

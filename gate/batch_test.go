@@ -486,3 +486,40 @@ func TestBatchReplyCarriesEveryField(t *testing.T) {
 		}
 	})
 }
+
+// A batch job whose way through reserve left no reply of its own would shift every later job's numbers:
+// the call fails instead, and, failed, writes nothing for any job. Injected by a copy of the script in
+// which the second job appends 5 numbers instead of being decided; the script as it is answers the same
+// call with its 3 replies.
+func TestBatchJobWithoutReplyWritesNothing(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := newAlgoOpts(t, b.rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(10, time.Minute)}})
+			mustReserve(t, l, "before", 1, time.Second) // some state to keep
+			src, keys, own := gate.ScriptOf(l, prov)
+			const line = "      reserve() -- its reply goes into out\n"
+			if !strings.Contains(src, line) {
+				t.Fatal("family.lua has no batch line to rewrite")
+			}
+			bad := strings.Replace(src, line, "      if i == 2 then C.nout = C.nout + 5 else reserve() end\n", 1)
+			argv := []any{"batch", 3}
+			for _, id := range []string{"x", "y", "z"} {
+				argv = append(argv, id, 1, int64(time.Second/time.Microsecond), 0, "")
+			}
+			argv = append(argv, 0, own[len(own)-1]) // stale, the settings
+			before, took := snapshot(t, b.rdb, keys), time.Now()
+			_, err := redis.NewScript(bad).Run(ctx, b.rdb, keys, argv...).Result()
+			if err == nil || !strings.Contains(err.Error(), "batch job 2 left 5 numbers") {
+				t.Fatalf("a batch job without its reply: %v, want the call to fail", err)
+			}
+			if after := snapshot(t, b.rdb, keys); !before.same(after, time.Since(took)) {
+				t.Fatalf("the failed batch changed the state:\nbefore %v\nafter  %v", before, after)
+			}
+			reply, err := redis.NewScript(src).Run(ctx, b.rdb, keys, argv...).Slice()
+			if err != nil || len(reply) != 1+3*6 {
+				t.Fatalf("the script as it is: %v %v, want now and 3 jobs' 6 numbers", reply, err)
+			}
+		})
+	}
+}

@@ -269,8 +269,9 @@ type provider struct {
 	minLimit int64
 	dedup    int64 // µs: an admitted id is remembered, and the log kept, this long after its slot
 	buckets  int
-	// logCap is the most members SlidingLog's log keeps, the newest (0: no cap); see build
-	logCap int64
+	// s3 is family.lua's S[3], the algorithm's own number: SlidingWindow's buckets; SlidingLog's cap on
+	// its log, the most members it keeps, the newest (0: no cap; set by build under live limits); else 0
+	s3 int64
 	// burst is Provider.Burst (0: not paced); paced is the policy the pace follows
 	burst int64
 	paced Policy
@@ -343,11 +344,7 @@ func (p provider) settingsAt(m int64, ml *merchantLimits) string {
 	if s == nil || s.m != m {
 		pace, tolerance := p.paceAt(m)
 		b := make([]byte, 0, 128)
-		s3 := int64(p.buckets) // S[3]: SlidingWindow's buckets, SlidingLog's cap on its log
-		if p.algo == SlidingLog {
-			s3 = p.logCap
-		}
-		for _, v := range [...]int64{m, p.dedup, s3, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version} {
+		for _, v := range [...]int64{m, p.dedup, p.s3, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version} {
 			b = append(strconv.AppendInt(b, v, 10), ' ')
 		}
 		s = &settingsAt{m: m, head: string(b), s: string(b) + "0" + p.policyText}
@@ -513,7 +510,7 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 		// A lost state lost its leases too: the requests they stood for may be in flight for a lease yet.
 		p.warmup = max(p.warmup, p.lease)
 	}
-	p.burst, p.paced, p.buckets = spec.Burst, ShortestPolicy(policies), buckets
+	p.burst, p.paced, p.buckets, p.s3 = spec.Burst, ShortestPolicy(policies), buckets, int64(buckets)
 	if p.burst >= p.paced.Limit {
 		p.burst = 0 // a burst of the whole limit turns pacing off: no pace is kept (two Redis calls fewer)
 	}

@@ -309,7 +309,7 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 		// (a count past the cap is past every limit, even less a move's units).
 		if configured := micros(longestWindow(lp.spec.Policies)) + p.ceiling; configured > p.dedup {
 			p.dedup = configured
-			p.logCap = 2 * max(largestLimit(lp.spec.Policies), largestLimit(policies))
+			p.s3 = 2 * max(largestLimit(lp.spec.Policies), largestLimit(policies))
 		}
 	}
 	base := lp.cur.Load()

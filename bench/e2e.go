@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,9 @@ type e2eResult struct {
 	jobs    int
 	perSec  float64
 	calls   int64 // the gate's script calls (FCALL, EVALSHA)
+	// CPU per job accepted while it was measured (from the workers being ready to the last acceptance):
+	// Redis's (INFO cpu) and this process's (the worker core, the simulated provider, kfake for Kafka).
+	redisCPU, ownCPU time.Duration
 }
 
 // openGate is no gate at all: every job goes at once (the "gate off" side of the ratio).
@@ -107,6 +111,8 @@ func e2eConfig(kind, name, redisAddr, url string, brokers []string) *config.Conf
 
 func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, batch int, jobs int) (e2eResult, error) {
 	res := e2eResult{broker: kind, workers: workers, batch: batch, jobs: jobs}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
 	name := fmt.Sprintf("bench-e2e-%d", time.Now().UnixNano())
 	ref, err := sim.Start("127.0.0.1:0", sim.Options{Limits: []sim.Window{{Limit: 1 << 30, Per: time.Second}}})
 	if err != nil {
@@ -193,6 +199,11 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	cpu0, err := cpuNow(ctx, rdb)
+	if err != nil {
+		return res, err
+	}
+	from := ref.Stats().Accepted
 	deadline := time.Now().Add(2 * time.Minute)
 	for ref.Stats().Accepted < int64(jobs) {
 		if time.Now().After(deadline) {
@@ -200,11 +211,68 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	cpu1, err := cpuNow(ctx, rdb)
+	if err != nil {
+		return res, err
+	}
 	st := ref.Stats()
+	if n := st.Accepted - from; n > 0 {
+		res.redisCPU, res.ownCPU = (cpu1.redis-cpu0.redis)/time.Duration(n), (cpu1.own-cpu0.own)/time.Duration(n)
+	}
 	// From the first acceptance to the last: joining a consumer group is not throughput.
 	res.perSec = float64(st.Accepted-1) / st.LastAccepted.Sub(*st.FirstAccepted).Seconds() // publishing overlaps
 	res.calls = calls.Load()
 	return res, nil
+}
+
+// cpuTimes is CPU used so far by Redis (its INFO cpu: every thread, user and system) and by this process.
+type cpuTimes struct{ redis, own time.Duration }
+
+func cpuNow(ctx context.Context, rdb *redis.Client) (cpuTimes, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return cpuTimes{}, err
+	}
+	var t cpuTimes
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
+		}
+		sec, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("INFO cpu %s: %w", k, err)
+		}
+		t.redis += time.Duration(sec * float64(time.Second))
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return cpuTimes{}, err
+	}
+	t.own = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return t, nil
+}
+
+// pingCPU is Redis's CPU for one PING sent alone (each awaited before the next), the floor of any call
+// on this machine: reading, writing and waking for it.
+func pingCPU(ctx context.Context, redisAddr string) (time.Duration, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	const n = 5000
+	c0, err := cpuNow(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	for range n {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return 0, err
+		}
+	}
+	c1, err := cpuNow(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	return (c1.redis - c0.redis) / n, nil
 }
 
 // scriptCalls counts the gate's script calls (FCALL, EVALSHA, EVAL) on a worker's Redis client.

@@ -72,6 +72,18 @@ func e2eTable(b *strings.Builder, rs []e2eResult) {
 	}
 }
 
+// e2eCPUTable is the CPU each job took, by side (the runs of e2eTable).
+func e2eCPUTable(b *strings.Builder, rs []e2eResult) {
+	fmt.Fprintln(b, "| broker | workers | Redis, one job a call | Redis, batched | this process, no gate | this process, one job a call | this process, batched |")
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|")
+	us := func(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
+	for i := 0; i+2 < len(rs); i += 3 {
+		off, one, many := rs[i], rs[i+1], rs[i+2]
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", off.broker, off.workers, us(one.redisCPU), us(many.redisCPU),
+			us(off.ownCPU), us(one.ownCPU), us(many.ownCPU))
+	}
+}
+
 func scaleTable(b *strings.Builder, rs []scaleResult) {
 	fmt.Fprintln(b, "| limit | window | log entries | Redis memory | bytes per entry | admission p50 | denial p50 |")
 	fmt.Fprintln(b, "|---|---|---|---|---|---|---|")

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -20,8 +20,6 @@ const (
 	MaxMerchant = 128      // characters
 	maxAmount   = 1<<53 - 1
 )
-
-var currencyCode = regexp.MustCompile(`^[A-Z]{3}$`)
 
 // InvalidError says why a message is not a valid job. Its text is the reason a dead letter carries.
 type InvalidError struct {
@@ -108,7 +106,7 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 		return nil, invalid("provider", "must match %s, got %q", ProviderPattern, j.Provider)
 	case j.Amount <= 0:
 		return nil, invalid("amount", "must be > 0 (minor units), got %d", j.Amount)
-	case !currencyCode.MatchString(j.Currency):
+	case !currencyCode(j.Currency):
 		return nil, invalid("currency", "must be three upper-case letters (ISO 4217), got %q", j.Currency)
 	case strings.ContainsFunc(j.IdempotencyKey, unicode.IsControl):
 		return nil, invalid("idempotency_key", "must not contain control characters")
@@ -127,8 +125,102 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 }
 
 // objectFields reads the top-level object's members, refusing duplicate keys (which encoding/json would
-// silently resolve to the last one).
+// silently resolve to the last one). A valid document, as nearly every body is, is split in one pass over
+// it (members); any other goes through encoding/json's decoder, whose error names what is wrong.
 func objectFields(body []byte) (map[string]json.RawMessage, error) {
+	if json.Valid(body) {
+		return members(body)
+	}
+	return decodeFields(body)
+}
+
+// members splits a valid JSON document's top-level object into its members, each value as decodeFields
+// would read it (TestMembersAsDecoded; FuzzMembers). It relies on the document being valid: every
+// string is closed, every bracket matched, and nothing follows the value but whitespace.
+func members(body []byte) (map[string]json.RawMessage, error) {
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return nil, invalid("", "body must be a JSON object, got %s", excerpt(bytes.TrimSpace(body)))
+	}
+	fields := make(map[string]json.RawMessage, 8)
+	i = skipSpace(body, i+1)
+	for body[i] != '}' {
+		end := stringEnd(body, i)
+		key, err := unquote(body[i:end])
+		if err != nil {
+			return nil, notJSON(err)
+		}
+		i = skipSpace(body, skipSpace(body, end)+1) // past the ':'
+		end = valueEnd(body, i)
+		if _, dup := fields[key]; dup {
+			return nil, invalid(key, "duplicate key")
+		}
+		fields[key] = body[i:end:end]
+		if i = skipSpace(body, end); body[i] == ',' {
+			i = skipSpace(body, i+1)
+		}
+	}
+	return fields, nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index just past the string that opens at b[i].
+func stringEnd(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// valueEnd is the index just past the value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+	default: // a number, true, false or null
+		for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) {
+			i++
+		}
+		return i
+	}
+}
+
+// unquote is a JSON string's text: its bytes as they are when it holds no escape.
+func unquote(raw []byte) (string, error) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err
+}
+
+// decodeFields is objectFields through encoding/json's decoder.
+func decodeFields(body []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.Token()
 	if err != nil {
@@ -170,8 +262,11 @@ func notJSON(err error) error {
 }
 
 func text(raw json.RawMessage, field string, minLen, maxLen int, dst *string) error {
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if len(raw) == 0 || raw[0] != '"' {
+		return invalid(field, "must be a string, got %s", excerpt(raw))
+	}
+	s, err := unquote(raw)
+	if err != nil {
 		return invalid(field, "must be a string, got %s", excerpt(raw))
 	}
 	if n := utf8.RuneCountInString(s); n < minLen || n > maxLen {
@@ -182,27 +277,27 @@ func text(raw json.RawMessage, field string, minLen, maxLen int, dst *string) er
 }
 
 func integer(raw json.RawMessage, field string, dst *int64) error {
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' { // json.Number would take "12"
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || (t[0] != '-' && (t[0] < '0' || t[0] > '9')) { // a string, true, false, null, {…}, […]
 		return invalid(field, "must be an integer, got %s", excerpt(t))
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var n json.Number
-	if err := dec.Decode(&n); err != nil {
-		return invalid(field, "must be an integer, got %s", excerpt(raw))
-	}
-	v, err := n.Int64()
+	v, err := strconv.ParseInt(string(t), 10, 64)
 	if err != nil {
-		if strings.ContainsAny(n.String(), ".eE") {
-			return invalid(field, "must be an integer, got %s", n)
+		if bytes.ContainsAny(t, ".eE") {
+			return invalid(field, "must be an integer, got %s", t)
 		}
-		return invalid(field, "out of range, got %s", n)
+		return invalid(field, "out of range, got %s", t)
 	}
 	if v > maxAmount || v < -maxAmount {
-		return invalid(field, "out of range, got %s", n)
+		return invalid(field, "out of range, got %s", t)
 	}
 	*dst = v
 	return nil
+}
+
+// currencyCode reports whether c is three upper-case ASCII letters, as ISO 4217 codes are.
+func currencyCode(c string) bool {
+	return len(c) == 3 && c[0] >= 'A' && c[0] <= 'Z' && c[1] >= 'A' && c[1] <= 'Z' && c[2] >= 'A' && c[2] <= 'Z'
 }
 
 // excerpt shows a short, printable start of a bad value.

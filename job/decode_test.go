@@ -3,6 +3,8 @@ package job_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -58,6 +60,10 @@ func TestDecodeInvalid(t *testing.T) {
 		{"zero amount", `{"id":"a","provider":"acme","amount":0,"currency":"EUR"}`, "amount: must be > 0 (minor units), got 0"},
 		{"fractional amount", `{"id":"a","provider":"acme","amount":12.5,"currency":"EUR"}`, "amount: must be an integer, got 12.5"},
 		{"amount as string", `{"id":"a","provider":"acme","amount":"12","currency":"EUR"}`, `amount: must be an integer, got "\"12\""`},
+		{"null amount", `{"id":"a","provider":"acme","amount":null,"currency":"EUR"}`, `amount: must be an integer, got "null"`},
+		{"amount as object", `{"id":"a","provider":"acme","amount":{"v":1},"currency":"EUR"}`, `amount: must be an integer, got "{\"v\":1}"`},
+		{"amount in exponent form", `{"id":"a","provider":"acme","amount":1e3,"currency":"EUR"}`, "amount: must be an integer, got 1e3"},
+		{"id escaped", `{"i\u0064":"a\u0062","provider":"acme","amount":1,"currency":"EUR","id":"b"}`, "id: duplicate key"},
 		{"huge amount", `{"id":"a","provider":"acme","amount":99999999999999999999,"currency":"EUR"}`, "amount: out of range, got 99999999999999999999"},
 		{"lower-case currency", `{"id":"a","provider":"acme","amount":1,"currency":"eur"}`, `currency: must be three upper-case letters (ISO 4217), got "eur"`},
 		{"4-letter currency", `{"id":"a","provider":"acme","amount":1,"currency":"EURO"}`, `currency: must be three upper-case letters (ISO 4217), got "EURO"`},
@@ -105,4 +111,37 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("payload is not JSON: %q", j.Payload)
 		}
 	})
+}
+
+// BenchmarkDecode decodes a typical job, as every delivery is (go test -bench Decode ./job).
+func BenchmarkDecode(b *testing.B) {
+	body := []byte(`{"id":"3f1c9a2e-5b7d-4e8f-9a0b-1c2d3e4f5a6b","provider":"acme","amount":1250,"currency":"EUR","merchant":"m_42","payload":{"iban":"DE89370400440532013000"}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := job.Decode(body, maxCost); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// ValidProvider is ProviderPattern, the rule messages quote, matched whole.
+func TestValidProviderIsItsPattern(t *testing.T) {
+	pattern := regexp.MustCompile("^" + job.ProviderPattern + "$")
+	for _, name := range []string{"", "a", "acme", "a-b_c9", strings.Repeat("z", 64), strings.Repeat("z", 65),
+		"Acme", "ac me", "ac:me", "ac{me}", "*", "é", "a\n", "a.b", "0", "-", "_", "acme\x00"} {
+		if got, want := job.ValidProvider(name), pattern.MatchString(name); got != want {
+			t.Errorf("ValidProvider(%q) = %v, the pattern says %v", name, got, want)
+		}
+	}
+}
+
+// Currencies are three upper-case letters, nothing else.
+func TestDecodeCurrency(t *testing.T) {
+	for cur, ok := range map[string]bool{"EUR": true, "USD": true, "AAA": true, "ZZZ": true, "EU": false, "EURO": false,
+		"eur": false, "Eur": false, "E1R": false, "@UR": false, "[UR": false, "ÉUR": false, "": false} {
+		_, err := job.Decode(fmt.Appendf(nil, `{"id":"a","provider":"acme","amount":1,"currency":%q}`, cur), maxCost)
+		if (err == nil) != ok {
+			t.Errorf("currency %q: %v", cur, err)
+		}
+	}
 }

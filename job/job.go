@@ -1,10 +1,7 @@
 // Package job defines a payment job, the message workers consume: its JSON form is a public contract.
 package job
 
-import (
-	"encoding/json"
-	"regexp"
-)
+import "encoding/json"
 
 // Job is one payment to dispatch to one provider.
 type Job struct {
@@ -23,11 +20,19 @@ type Job struct {
 // messages quote it as is.
 const ProviderPattern = "[a-z0-9_-]{1,64}"
 
-var providerName = regexp.MustCompile("^" + ProviderPattern + "$")
-
 // ValidProvider reports whether name is a valid provider name: it matches ProviderPattern
 // ([a-z0-9_-]{1,64}) whole. The job decoder, the configuration and the gate all apply this one rule.
-func ValidProvider(name string) bool { return providerName.MatchString(name) }
+func ValidProvider(name string) bool {
+	if len(name) < 1 || len(name) > 64 {
+		return false
+	}
+	for i := range len(name) {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // Key is the idempotency key every attempt of the job carries: IdempotencyKey, or the id.
 func (j *Job) Key() string {

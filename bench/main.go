@@ -217,20 +217,27 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 
 	if want("e2e") {
 		fmt.Fprintln(os.Stderr, "bench: end-to-end throughput")
-		e2e, err := runE2E(ctx, redisAddr, amqpURL, e2eJobs)
-		if err != nil {
-			return fmt.Errorf("end-to-end: %w", err)
-		}
-		fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\n%d jobs are queued up front by 16 publishers; then the worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client; concurrency 16) takes them to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all; the gate one job a call (`gate.batch: 1`) and batched (`gate.batch`'s default: the reserves asked while a call is on its way go as the next call), with the gate's script calls per job. Jobs per second from the first acceptance to the last, the median of three runs. Everything (broker, Redis, this process) shares the machine's two cores, so a Redis call per job competes with the work it gates; kfake is an in-process fake whose throughput says little about a real Kafka, and with three group members its rebalancing dominated every run (140–250 jobs/s, gate or not), so Kafka is measured with one worker.\n\n", e2eJobs)
 		ping, err := pingCPU(ctx, redisAddr)
 		if err != nil {
 			return fmt.Errorf("end-to-end: %w", err)
 		}
-		e2eTable(&b, e2e)
-		fmt.Fprintln(&b, "\nGoal: the gate costs ≤ 10% of throughput. Batching replaces round trips, not the work inside Redis, which is still each job's own (docs/gate.md, \"Batched decisions\").")
-		fmt.Fprintf(&b, "\nWhat the gate costs is CPU on the same two cores. CPU per job accepted, in the same runs (from the workers being ready to the last acceptance): Redis's from `INFO cpu`, this process's (the worker core, the simulated provider, and kfake for Kafka) from getrusage; RabbitMQ's own is not counted. On this machine a PING sent alone costs Redis %.1f µs of CPU, outside any command: the reading, writing and waking that each call pays whatever it carries.\n\n", float64(ping)/float64(time.Microsecond))
-		e2eCPUTable(&b, e2e)
-
+		fmt.Fprintf(&b, "\n## 3. End-to-end throughput\n\n%d jobs are queued up front by 16 publishers; then the worker core (1 or 3 instances in this process, each with its own broker connection, Redis client and provider client) takes them to an unlimited simulator, with the gate (a limit far above the rate) or with no gate at all; the gate one job a call (`gate.batch: 1`) and batched (`gate.batch`'s default: the reserves asked while a call is on its way go as the next call), with the gate's script calls per job. Jobs per second from the first acceptance to the last. %d rounds, each running the three settings one after another: the jobs per second are the median run's, the gate's cost the median of each round's own ratio to its no-gate run (this machine's speed drifts by a third over minutes, and a ratio of runs minutes apart would measure the drift). Everything (broker, Redis, this process) shares the machine's two cores, so a Redis call per job competes with the work it gates; kfake is an in-process fake whose throughput says little about a real Kafka, and with three group members its rebalancing dominated every run (140–250 jobs/s, gate or not), so Kafka is measured with one worker.\n\nGoal: the gate costs ≤ 10%% of throughput. CPU per job accepted is measured in the same runs (from the workers being ready to the last acceptance): Redis's from `INFO cpu`, this process's (the worker core, the simulated provider, and kfake for Kafka) from getrusage; RabbitMQ's own is not counted. On this machine a PING sent alone costs Redis %.1f µs of CPU, outside any command: the reading, writing and waking that each call pays whatever it carries, which a batch shares between its jobs.\n", e2eJobs, e2eRounds, float64(ping)/float64(time.Microsecond))
+		for _, shape := range e2eShapes {
+			e2e, err := runE2E(ctx, redisAddr, amqpURL, e2eJobs, shape)
+			if err != nil {
+				return fmt.Errorf("end-to-end: %w", err)
+			}
+			linger := "no linger"
+			if shape.linger > 0 {
+				linger = "`gate.batch_linger: " + shape.linger.String() + "`"
+			}
+			fmt.Fprintf(&b, "\n### %s\n\n`worker.concurrency: %d`, `broker.rabbitmq.prefetch: %d`, %s.\n\n", shape.name, shape.concurrency, shape.prefetch, linger)
+			e2eTable(&b, e2e)
+			fmt.Fprintln(&b)
+			e2eGoals(&b, e2e)
+			fmt.Fprint(&b, "\nCPU per job:\n\n")
+			e2eCPUTable(&b, e2e)
+		}
 	}
 
 	if want("footprint") {

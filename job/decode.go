@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -95,8 +97,8 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 			return nil, err
 		}
 	}
-	for name := range fields {
-		return nil, invalid(name, "unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)")
+	if len(fields) > 0 { // the first in order, so that a body gets the same reason every time
+		return nil, invalid(slices.Min(slices.Collect(maps.Keys(fields))), "unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)")
 	}
 
 	switch {
@@ -261,12 +263,18 @@ func notJSON(err error) error {
 	return invalid("", "body is not JSON: %v", err)
 }
 
+// text reads a string field; null reads as "", as encoding/json reads it into a string (an optional
+// field given as null is absent: "merchant": null is no merchant).
 func text(raw json.RawMessage, field string, minLen, maxLen int, dst *string) error {
-	if len(raw) == 0 || raw[0] != '"' {
-		return invalid(field, "must be a string, got %s", excerpt(raw))
-	}
-	s, err := unquote(raw)
-	if err != nil {
+	var s string
+	switch {
+	case string(raw) == "null":
+	case len(raw) > 0 && raw[0] == '"':
+		var err error
+		if s, err = unquote(raw); err != nil {
+			return invalid(field, "must be a string, got %s", excerpt(raw))
+		}
+	default:
 		return invalid(field, "must be a string, got %s", excerpt(raw))
 	}
 	if n := utf8.RuneCountInString(s); n < minLen || n > maxLen {

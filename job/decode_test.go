@@ -26,6 +26,11 @@ func TestDecodeValid(t *testing.T) {
 	if err != nil || j.Cost != 1 || j.Key() != "é-ü" {
 		t.Fatalf("%+v %v", j, err)
 	}
+	// An optional string given as null is absent, as encoding/json reads it.
+	j, err = job.Decode([]byte(`{"id":"a\"b\\","provider":"acme","amount":1,"currency":"EUR","merchant":null}`), maxCost)
+	if err != nil || j.Merchant != "" || j.ID != `a"b\` {
+		t.Fatalf("%+v %v", j, err)
+	}
 }
 
 // Every bad message gets one exact reason; none panics.
@@ -60,6 +65,11 @@ func TestDecodeInvalid(t *testing.T) {
 		{"zero amount", `{"id":"a","provider":"acme","amount":0,"currency":"EUR"}`, "amount: must be > 0 (minor units), got 0"},
 		{"fractional amount", `{"id":"a","provider":"acme","amount":12.5,"currency":"EUR"}`, "amount: must be an integer, got 12.5"},
 		{"amount as string", `{"id":"a","provider":"acme","amount":"12","currency":"EUR"}`, `amount: must be an integer, got "\"12\""`},
+		{"null id", `{"id":null,"provider":"acme","amount":1,"currency":"EUR"}`, "id: must be 1..128 characters, got 0"},
+		{"null currency", `{"id":"a","provider":"acme","amount":1,"currency":null}`, `currency: must be three upper-case letters (ISO 4217), got ""`},
+		{"null idempotency key", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","idempotency_key":null}`, "idempotency_key: must be 1..255 characters, got 0"},
+		{"null cost", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","cost":null}`, `cost: must be an integer, got "null"`},
+		{"several unknown fields", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","zz":1,"amout":5,"b":2}`, "amout: unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)"},
 		{"null amount", `{"id":"a","provider":"acme","amount":null,"currency":"EUR"}`, `amount: must be an integer, got "null"`},
 		{"amount as object", `{"id":"a","provider":"acme","amount":{"v":1},"currency":"EUR"}`, `amount: must be an integer, got "{\"v\":1}"`},
 		{"amount in exponent form", `{"id":"a","provider":"acme","amount":1e3,"currency":"EUR"}`, "amount: must be an integer, got 1e3"},

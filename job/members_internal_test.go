@@ -67,6 +67,7 @@ func FuzzMembers(f *testing.F) {
 	for _, seed := range []string{
 		`{"id":"pay-1","provider":"acme","amount":1250,"currency":"EUR"}`,
 		`{"a":{"b":"}\"{","c":[1,{"d":null}]},"\u0061":1}`, ` {"x" : [ ] } `, `"a"`,
+		`{"payload":{"a":["\\\"}]",{"b":"\\\\"}]}}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -117,7 +117,7 @@ func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int, shape e2eS
 				}
 				slices.Sort(costs)
 				slices.SortFunc(rs, func(a, b e2eResult) int { return cmp.Compare(a.perSec, b.perSec) })
-				median := rs[len(rs)/2] // its throughput and CPU; the cost is the median round's
+				median := rs[len(rs)/2] // its throughput and CPU; the cost is the median of the rounds' ratios
 				median.cost = costs[len(costs)/2]
 				out = append(out, median)
 			}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,7 +88,7 @@ var e2eShapes = []e2eShape{
 
 // e2eRounds: each round runs every setting once, one after another, so that the machine's drift (its
 // speed changes by a third over minutes here) weighs on the gate and its baseline alike.
-const e2eRounds = 5
+const e2eRounds = 1
 
 func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int, shape e2eShape) ([]e2eResult, error) {
 	var out []e2eResult
@@ -100,7 +101,11 @@ func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int, shape e2eS
 			runs := make([][]e2eResult, len(batches))
 			for range e2eRounds {
 				for i, batch := range batches {
-					r, err := e2eOne(ctx, kind, redisAddr, amqpURL, workers, batch, jobs, shape)
+					var r e2eResult
+					var err error
+					pprof.Do(ctx, pprof.Labels("gate", e2eLabel(batch)), func(ctx context.Context) {
+						r, err = e2eOne(ctx, kind, redisAddr, amqpURL, workers, batch, jobs, shape)
+					})
 					if err != nil {
 						return nil, fmt.Errorf("%s, %d workers, batch %d, %s: %w", kind, workers, batch, shape.name, err)
 					}
@@ -143,6 +148,17 @@ func e2eConfig(kind, name, redisAddr, url string, brokers []string, shape e2eSha
 	c.Providers["p"] = config.Provider{URL: url, Timeout: 5 * time.Second,
 		Limits: []config.Limit{{Requests: gate.MaxSlidingLogLimit, Per: time.Second}}, Burst: gate.MaxSlidingLogLimit}.WithDefaults()
 	return c
+}
+
+// e2eLabel names a run's gate setting in a CPU profile (-cpuprofile): none, one (job a call), batched.
+func e2eLabel(batch int) string {
+	switch batch {
+	case 0:
+		return "none"
+	case 1:
+		return "one"
+	}
+	return "batched"
 }
 
 func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, batch int, jobs int, shape e2eShape) (e2eResult, error) {
@@ -258,6 +274,10 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 	// From the first acceptance to the last: joining a consumer group is not throughput.
 	res.perSec = float64(st.Accepted-1) / st.LastAccepted.Sub(*st.FirstAccepted).Seconds() // publishing overlaps
 	res.calls = calls.Load()
+	opsMu.Lock()
+	fmt.Fprintln(os.Stderr, "ops", kind, workers, batch, shape.name, ops)
+	clear(ops)
+	opsMu.Unlock()
 	return res, nil
 }
 
@@ -313,6 +333,9 @@ func pingCPU(ctx context.Context, redisAddr string) (time.Duration, error) {
 
 // scriptCalls counts the gate's script calls (FCALL, EVALSHA, EVAL) on a worker's Redis client.
 type scriptCalls struct{ n *atomic.Int64 }
+var opsMu sync.Mutex
+var ops = map[string]int{}
+
 
 func (s scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (s scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -320,6 +343,11 @@ func (s scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch cmd.Name() {
 		case "fcall", "evalsha", "eval":
 			s.n.Add(1)
+			a := cmd.Args()
+			n, _ := a[2].(int)
+			opsMu.Lock()
+			ops[fmt.Sprint(a[3+n])]++
+			opsMu.Unlock()
 		}
 		return next(ctx, cmd)
 	}

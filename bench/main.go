@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -37,7 +38,19 @@ func main() {
 	accuracyFor := flag.Duration("accuracy", 10*time.Second, "length of each contender's accuracy run (6 cases x 6 contenders)")
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
 	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, batch (its batched decisions alone), accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to this file (the e2e runs are labelled gate=none|one|batched: go tool pprof -tagfocus gate=batched)")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *only != "" && !flagSet("out") {
 		*out = "-" // some sections only: BENCHMARKS.md keeps the full run's, and bench/plots its plots
 		if !flagSet("plots") {
@@ -55,6 +68,7 @@ func main() {
 	}
 	if err := bench(ctx, *out, *plots, *redisAddr, *amqpURL, *accuracyFor, *quick); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

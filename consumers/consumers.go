@@ -367,14 +367,20 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		}
 		// Redis chose the slot at its "now", somewhere between asking and the answer. Sleeping Delay from
 		// the answer is never early; lateness counts from the earliest the slot can be (asking + Delay), so
-		// a slow round trip to Redis counts in full.
+		// a slow round trip to Redis counts in full. Asking is when the call that decided the slot left
+		// (gate.Verdict.Asked), where the gate says: a job that waited for a call to carry it (a batch) was
+		// not late while it waited, since its slot was not decided yet.
 		// A change of the provider's live limits ends the sleep early: the slot is void (below).
 		if !w.sleepOnSlot(ctx, provider, v) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
 		}
 		lost, relimited := w.lost(provider, v, asked)
-		due, answeredDue = asked.Add(v.Delay), answered.Add(v.Delay)
+		decided := asked // the latest moment known before Redis decided the slot
+		if v.Asked.After(decided) {
+			decided = v.Asked
+		}
+		due, answeredDue = decided.Add(v.Delay), answered.Add(v.Delay)
 		if !relimited {
 			s.late = time.Since(due)
 			w.metrics.lateness.WithLabelValues(provider).Observe(s.late.Seconds())

@@ -40,6 +40,7 @@ type harness struct {
 	worker   *consumers.Worker
 	dispatch map[string]consumers.Dispatcher
 	calls    map[string]*atomic.Int64
+	cfg      consumers.Config // the worker's, defaults filled in
 }
 
 type provider struct {
@@ -96,7 +97,7 @@ func newHarness(t *testing.T, rdb redis.UniversalClient, cfg consumers.Config, p
 	if cfg.BackoffBase == 0 {
 		cfg.BackoffBase, cfg.BackoffMax, cfg.RedisRetry = time.Second, 10*time.Minute, time.Second
 	}
-	h.dispatch = dispatch
+	h.dispatch, h.cfg = dispatch, cfg
 	h.worker, err = consumers.New(cfg, l, dispatch, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -350,6 +351,68 @@ func TestLatenessGuardEdges(t *testing.T) {
 	}
 	if st, _ := h.gate.Status(ctx, "acme"); st.Units != 2 {
 		t.Fatalf("%d units after the late job, want 2 (the redelivery's and its own)", st.Units)
+	}
+}
+
+// queued is the gate as a job meets it behind a call on its way (gate.batch): its reserve leaves by
+// after the job asked. It counts what the lateness guard does: postponing, giving the slot back.
+type queued struct {
+	consumers.Gate
+	by                  time.Duration
+	unknown             bool // the verdict does not say when its call left (Verdict.Asked zero)
+	postponed, released atomic.Int64
+}
+
+func (q *queued) ReserveFor(ctx context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
+	time.Sleep(q.by)
+	v, err := q.Gate.ReserveFor(ctx, provider, merchant, jobID, cost, maxWait)
+	if q.unknown {
+		v.Asked = time.Time{}
+	}
+	return v, err
+}
+
+func (q *queued) Postpone(ctx context.Context, provider, merchant, jobID string, slot time.Time) (time.Time, error) {
+	q.postponed.Add(1)
+	return q.Gate.Postpone(ctx, provider, merchant, jobID, slot)
+}
+
+func (q *queued) ReleaseFor(ctx context.Context, provider, merchant, jobID string, cost int64, slot time.Time) (int64, error) {
+	q.released.Add(1)
+	return q.Gate.ReleaseFor(ctx, provider, merchant, jobID, cost, slot)
+}
+
+// A job that waited for a call to carry its reserve (a batch under load) was not late while it waited:
+// its slot was not decided yet. The lateness guard counts from when the deciding call left
+// (gate.Verdict.Asked), so a queue wait of four times the late limit sends the job on its slot, without
+// a Postpone call (which under load costs one more Redis call per job). Where the verdict does not say,
+// the guard counts from the job's asking, as before: the same wait reads as late and the job is
+// postponed.
+func TestQueueWaitIsNotLateness(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { rdb.Close() })
+	for _, c := range []struct {
+		name      string
+		unknown   bool
+		postponed int64
+	}{{"asked known", false, 0}, {"asked unknown", true, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, rdb, consumers.Config{MaxInlineWait: time.Second, LateLimit: 100 * time.Millisecond},
+				provider{name: "acme", limits: []gate.Policy{{Limit: 10, Window: time.Second}}, handler: status(200, "")})
+			// A late limit far above this machine's scheduling jitter: only the queue wait can pass it.
+			q := &queued{Gate: h.gate, by: 400 * time.Millisecond, unknown: c.unknown}
+			var err error
+			if h.worker, err = consumers.New(h.cfg, q, h.dispatch, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			got := h.handleOne("acme", func() error { return h.broker.Publish(context.Background(), "acme", body("a", "acme")) })
+			if got.Kind != "ack" || h.calls["acme"].Load() != 1 {
+				t.Fatalf("settled %+v, provider calls %d: want sent once and acked", got, h.calls["acme"].Load())
+			}
+			if q.postponed.Load() != c.postponed || q.released.Load() != 0 {
+				t.Fatalf("postponed %d, released %d; want %d postponed, none released", q.postponed.Load(), q.released.Load(), c.postponed)
+			}
+		})
 	}
 }
 

@@ -743,6 +743,11 @@ type Verdict struct {
 	ByMerchant bool
 	// Now is the Redis server's clock at the decision; the slot is Now + Delay.
 	Now time.Time
+	// Asked is this process's clock as the call that decided the verdict left for Redis (zero where not
+	// known). Redis decided after it, so the slot comes at least Delay after Asked: lateness counted from
+	// Asked + Delay is never early, and leaves out what a job waited for a call to carry it (a batch, a
+	// connection from the pool), which counted from the job's own asking would look like lateness.
+	Asked time.Time
 	// AdmittedAt, when the id was already in the log (a Duplicate, a Moved job, or a stale one denied),
 	// is the slot it was admitted at (Redis clock).
 	AdmittedAt time.Time
@@ -873,6 +878,7 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 		}
 		defer conn.Close()
 	}
+	asked := time.Now()
 	reply, err := l.runAtOn(ctx, conn, p, m, mc, "reserve", jobID, cost, wait, l.stale, forced).Int64Slice()
 	if err != nil {
 		if cc, ok := l.rdb.(*redis.ClusterClient); ok && conn != nil && movedOn(err) {
@@ -883,6 +889,7 @@ func (l *Limiter) decideOn(ctx context.Context, p provider, providerName, mercha
 		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, jobID, err)
 	}
 	v, err := verdictOf(p, mc, providerName, jobID, m, reply)
+	v.Asked = asked
 	if err != nil || !v.Allowed || conn == nil {
 		return v, err
 	}

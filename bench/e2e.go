@@ -88,7 +88,7 @@ var e2eShapes = []e2eShape{
 
 // e2eRounds: each round runs every setting once, one after another, so that the machine's drift (its
 // speed changes by a third over minutes here) weighs on the gate and its baseline alike.
-const e2eRounds = 1
+const e2eRounds = 5
 
 func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int, shape e2eShape) ([]e2eResult, error) {
 	var out []e2eResult
@@ -274,10 +274,6 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 	// From the first acceptance to the last: joining a consumer group is not throughput.
 	res.perSec = float64(st.Accepted-1) / st.LastAccepted.Sub(*st.FirstAccepted).Seconds() // publishing overlaps
 	res.calls = calls.Load()
-	opsMu.Lock()
-	fmt.Fprintln(os.Stderr, "ops", kind, workers, batch, shape.name, ops)
-	clear(ops)
-	opsMu.Unlock()
 	return res, nil
 }
 
@@ -333,9 +329,6 @@ func pingCPU(ctx context.Context, redisAddr string) (time.Duration, error) {
 
 // scriptCalls counts the gate's script calls (FCALL, EVALSHA, EVAL) on a worker's Redis client.
 type scriptCalls struct{ n *atomic.Int64 }
-var opsMu sync.Mutex
-var ops = map[string]int{}
-
 
 func (s scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (s scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -343,11 +336,6 @@ func (s scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch cmd.Name() {
 		case "fcall", "evalsha", "eval":
 			s.n.Add(1)
-			a := cmd.Args()
-			n, _ := a[2].(int)
-			opsMu.Lock()
-			ops[fmt.Sprint(a[3+n])]++
-			opsMu.Unlock()
 		}
 		return next(ctx, cmd)
 	}

@@ -34,6 +34,7 @@ type e2eResult struct {
 	jobs    int
 	perSec  float64
 	calls   int64 // the gate's script calls (FCALL, EVALSHA)
+	moves   int64 // of them, the lateness guard's: a late slot postponed, a late write's entry moved
 	// cost is the gate's share of throughput, 1 - gate/no gate, the median over the rounds of each round's
 	// own ratio (0 for the no-gate runs).
 	cost float64
@@ -182,7 +183,7 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 	}
 	cfg := e2eConfig(kind, name, redisAddr, ref.URL()+"/pay", brokers, shape)
 	cfg.Gate.Batch = max(batch, 1)
-	var calls atomic.Int64
+	var calls, moves atomic.Int64
 	o := wire.Options{Secret: func(string) string { return amqpURL }}
 	if kind == "rabbitmq" {
 		defer func() { _ = wire.DeleteBroker(context.WithoutCancel(ctx), cfg, o) }()
@@ -233,7 +234,7 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 		var g consumers.Gate = openGate{}
 		if batch > 0 {
 			g = parts.Gate
-			parts.Redis.AddHook(scriptCalls{&calls})
+			parts.Redis.AddHook(scriptCalls{&calls, &moves})
 		}
 		w, err := parts.Worker(g, nil, nil)
 		if err != nil {
@@ -273,7 +274,7 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 	}
 	// From the first acceptance to the last: joining a consumer group is not throughput.
 	res.perSec = float64(st.Accepted-1) / st.LastAccepted.Sub(*st.FirstAccepted).Seconds() // publishing overlaps
-	res.calls = calls.Load()
+	res.calls, res.moves = calls.Load(), moves.Load()
 	return res, nil
 }
 
@@ -327,8 +328,9 @@ func pingCPU(ctx context.Context, redisAddr string) (time.Duration, error) {
 	return (c1.redis - c0.redis) / n, nil
 }
 
-// scriptCalls counts the gate's script calls (FCALL, EVALSHA, EVAL) on a worker's Redis client.
-type scriptCalls struct{ n *atomic.Int64 }
+// scriptCalls counts the gate's script calls (FCALL, EVALSHA, EVAL) on a worker's Redis client, and
+// among them the lateness guard's moves (family.lua's ops postpone and depart), when moves is set.
+type scriptCalls struct{ n, moves *atomic.Int64 }
 
 func (s scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (s scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -336,6 +338,14 @@ func (s scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch cmd.Name() {
 		case "fcall", "evalsha", "eval":
 			s.n.Add(1)
+			if s.moves != nil {
+				// FCALL name numkeys key... op ...: the op follows the keys
+				if a := cmd.Args(); len(a) > 3 {
+					if nk, ok := a[2].(int); ok && len(a) > 3+nk && (a[3+nk] == "postpone" || a[3+nk] == "depart") {
+						s.moves.Add(1)
+					}
+				}
+			}
 		}
 		return next(ctx, cmd)
 	}

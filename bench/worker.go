@@ -55,7 +55,7 @@ func fastWorkerCore(linger time.Duration) func(redis.UniversalClient, string, []
 		}
 		own := redis.NewClient(single.Options())
 		r := &workerRun{core: wire.Core(c), own: own}
-		own.AddHook(scriptCalls{&r.scripts})
+		own.AddHook(scriptCalls{n: &r.scripts})
 		l, err := wire.Gate(c, own, wire.Worker)
 		r.l, r.counted = l, &callCounter{Gate: l}
 		return r, err

@@ -330,7 +330,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	var lease string
 	defer func() { w.land(ctx, provider, &lease) }()
 	var denials time.Duration // waited in-process after denials, at most MaxInlineWait per handling
-	var due time.Time         // the earliest the slot can be, local clock (asking + Delay)
+	var due time.Time         // the earliest the slot can be, local clock (the deciding call's asking + Delay)
 	var answeredDue time.Time // the slot as the answer put it (answered + Delay): what a late write counts from
 	var slot time.Time        // the admission's slot, once postponed (Postpone)
 	shadow := w.cfg.Shadow[provider]
@@ -467,9 +467,9 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	dctx, departed := ctx, (*departure)(nil)
 	if v.Allowed && !v.Duplicate && !shadow && w.cfg.LateLimit > 0 {
 		// A late write counts from the slot as the answer put it, as the margin's reports do: the round
-		// trip to Redis is the lateness guard's (counted from asking, within the late limit), and counted
-		// here too it would cost a Redis call for each request whenever Redis is slow, loading the gate
-		// most when it is slowest.
+		// trip to Redis is the lateness guard's (counted from the deciding call's asking, within the late
+		// limit), and counted here too it would cost a Redis call for each request whenever Redis is slow,
+		// loading the gate most when it is slowest.
 		dctx, departed = w.watchDeparture(ctx, provider, j.Merchant, gid, slot, answeredDue)
 	}
 	start := time.Now()

@@ -743,10 +743,11 @@ type Verdict struct {
 	ByMerchant bool
 	// Now is the Redis server's clock at the decision; the slot is Now + Delay.
 	Now time.Time
-	// Asked is this process's clock as the call that decided the verdict left for Redis (zero where not
-	// known). Redis decided after it, so the slot comes at least Delay after Asked: lateness counted from
-	// Asked + Delay is never early, and leaves out what a job waited for a call to carry it (a batch, a
-	// connection from the pool), which counted from the job's own asking would look like lateness.
+	// Asked is this process's clock as the call that decided the verdict was handed to the Redis client
+	// (zero where not known). Redis decided after it, so the slot comes at least Delay after Asked:
+	// lateness counted from Asked + Delay is never early, and leaves out what a job waited in a batch's
+	// queue for a call to carry it, which counted from the job's own asking would look like lateness.
+	// What the client does after (a wait for a pooled connection, retries, a redirection) still counts.
 	Asked time.Time
 	// AdmittedAt, when the id was already in the log (a Duplicate, a Moved job, or a stale one denied),
 	// is the slot it was admitted at (Redis clock).

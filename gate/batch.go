@@ -127,7 +127,7 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 			close(j.done)
 		}
 	}()
-	var asked time.Time // as the call left: the jobs' Verdict.Asked, after their wait in the queue
+	asked := time.Now() // before the call leaves: the jobs' Verdict.Asked, after their wait in the queue
 	verdict := func(j *pending, reply []int64, err error) {
 		if err != nil {
 			j.err = fmt.Errorf("gate: reserve %s/%s: %w", providerName, j.id, err)
@@ -138,7 +138,6 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 	}
 	if len(jobs) == 1 {
 		j := jobs[0]
-		asked = time.Now()
 		reply, err := l.runAt(ctx, p, m, nil, "reserve", j.id, j.cost, j.wait, l.stale, j.forced).Int64Slice()
 		verdict(j, reply, err)
 		return
@@ -149,7 +148,6 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 		args = append(args, j.id, j.cost, j.wait, j.forced, "")
 	}
 	args = append(args, l.stale, p.settingsAt(m, nil))
-	asked = time.Now()
 	replies, err := l.runFamily(ctx, p.script, p.keysFor(nil), args).Slice()
 	var each [][]int64
 	var errs []error

@@ -7,7 +7,7 @@
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D | --force]
 //	worker gate status  --config FILE --provider NAME [--json]
 //	worker dashboard    --config FILE [--listen ADDR]
-//	worker limits set   --config FILE --provider NAME --limits SPEC [--json]
+//	worker limits set   --config FILE --provider NAME --limits SPEC [--replace] [--json]
 //	worker limits show  --config FILE --provider NAME [--json]
 //	worker limits reset --config FILE --provider NAME [--json]
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F] [--max-in-flight N]
@@ -43,6 +43,15 @@ commands:
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 
 Run "worker <command> -h" for a command's flags.
+`
+
+const gateUsage = `usage: worker gate <subcommand> --config FILE --provider NAME [flags]
+
+subcommands:
+  try      ask the gate once for a provider's budget and print the verdict as JSON (--force: token_bucket)
+  status   print each of a provider's policies: use, reservations, remaining, reset
+
+Run "worker gate <subcommand> -h" for its flags.
 `
 
 // usageError marks bad flags or arguments: exit status 2.
@@ -86,6 +95,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return checkConfig(rest, stdout, stderr)
 	case "gate":
 		if len(rest) == 0 {
+			fmt.Fprint(stderr, gateUsage)
 			return usageError{errors.New("gate: want a subcommand: try or status")}
 		}
 		switch rest[0] {
@@ -93,7 +103,11 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return gateTry(ctx, rest[1:], stdout, stderr)
 		case "status":
 			return gateStatus(ctx, rest[1:], stdout, stderr)
+		case "-h", "-help", "--help", "help":
+			fmt.Fprint(stdout, gateUsage)
+			return nil
 		}
+		fmt.Fprint(stderr, gateUsage)
 		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try or status)", rest[0])}
 	case "limits":
 		return limitsCmd(ctx, rest, stdout, stderr)

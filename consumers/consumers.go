@@ -399,7 +399,13 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			// (every window the move reaches). Given back, the unit would be lost to the window whenever
 			// later slots were handed out meanwhile, as they usually are.
 			began := time.Now()
-			if at, err := w.gate.Postpone(ctx, provider, j.Merchant, gid, v.Slot()); err == nil && !at.IsZero() {
+			at, err := w.gate.Postpone(ctx, provider, j.Merchant, gid, v.Slot())
+			if errors.Is(err, gate.ErrUnacknowledged) {
+				// Moved, but not on enough replicas to survive a failover: given back by the gate, not sent.
+				w.unacknowledged(ctx, &s, err)
+				return
+			}
+			if err == nil && !at.IsZero() {
 				w.metrics.decisions.WithLabelValues(provider, "postponed").Inc()
 				slot, due, answeredDue = at, began, time.Now()
 				break
@@ -584,9 +590,7 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 		return false
 	case errors.Is(err, gate.ErrUnacknowledged):
 		// Admitted, but not yet on enough replicas to survive a failover: given back, sent later.
-		w.metrics.decisions.WithLabelValues(provider, "unacknowledged").Inc()
-		w.redisLog.warn(w.log, "admissions not acknowledged by the replicas: deferring jobs", zap.String("provider", provider), zap.Error(err))
-		s.deferFor(ctx, w.cfg.RedisRetry, "unacknowledged", err)
+		w.unacknowledged(ctx, s, err)
 		return false
 	case err != nil:
 		// Fail closed: without the gate nothing is dispatched.
@@ -611,6 +615,14 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
 	s.waited += v.Delay
 	return true
+}
+
+// unacknowledged defers a job whose admission, or its move (Postpone), the replicas did not acknowledge
+// (redis.min_replicas_acked): the gate gave it back, and the job goes later.
+func (w *Worker) unacknowledged(ctx context.Context, s *settlement, err error) {
+	w.metrics.decisions.WithLabelValues(s.provider, "unacknowledged").Inc()
+	w.redisLog.warn(w.log, "admissions not acknowledged by the replicas: deferring jobs", zap.String("provider", s.provider), zap.Error(err))
+	s.deferFor(ctx, w.cfg.RedisRetry, "unacknowledged", err)
 }
 
 // pause tells the whole cluster (through the gate) and this process to hold the provider.

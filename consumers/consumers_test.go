@@ -527,27 +527,46 @@ func (s stalled) Dispatch(ctx context.Context, j *job.Job) error {
 // spaced from when the provider got it. At a stall past the whole margin, without the move b would reach
 // the provider 0.8s after a, at a limit of 1 per 1s; at a stall past DepartLimit but within the late
 // limit, b comes the stall less than a window and the margin after a unless a's entry moved. A 429 then
-// releases the unit at its new slot.
+// releases the unit at its new slot. A move the replicas did not acknowledge (redis.min_replicas_acked)
+// stands on the primary all the same: the worker keeps its new slot, and counts it.
 func TestLateWriteIsRecordedWhereItWent(t *testing.T) {
 	for _, c := range []struct {
 		name          string
 		jobs          []string // a is stalled; b comes last
 		margin, stall time.Duration
+		unacked       bool // the gate reports every departure unacknowledged
 	}{
-		{"sent at once, past the late limit", []string{"a", "b"}, 100 * time.Millisecond, 300 * time.Millisecond},
-		{"waited for its slot, past DepartLimit", []string{"w", "a", "b"}, 800 * time.Millisecond, 350 * time.Millisecond},
-		{"sent at once, past DepartLimit, within the late limit", []string{"a", "b"}, 800 * time.Millisecond, 350 * time.Millisecond},
+		{"sent at once, past the late limit", []string{"a", "b"}, 100 * time.Millisecond, 300 * time.Millisecond, false},
+		{"waited for its slot, past DepartLimit", []string{"w", "a", "b"}, 800 * time.Millisecond, 350 * time.Millisecond, false},
+		{"sent at once, past DepartLimit, within the late limit", []string{"a", "b"}, 800 * time.Millisecond, 350 * time.Millisecond, false},
+		{"sent at once, the move not acknowledged", []string{"a", "b"}, 100 * time.Millisecond, 300 * time.Millisecond, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if lim := consumers.DepartLimit(c.margin / 2); c.stall <= lim {
 				t.Fatalf("stall %s within DepartLimit %s: the case tests nothing", c.stall, lim)
 			}
-			testLateWrite(t, c.jobs, c.margin, c.stall)
+			testLateWrite(t, c.jobs, c.margin, c.stall, c.unacked)
 		})
 	}
 }
 
-func testLateWrite(t *testing.T, jobs []string, margin, stall time.Duration) {
+// unackedDepartures is a gate whose replicas never acknowledge a departure: the move is made, and
+// reported unacknowledged (gate.Limiter.Departed under Options.MinReplicasAcked).
+type unackedDepartures struct {
+	consumers.Gate
+	reported atomic.Int64
+}
+
+func (u *unackedDepartures) Departed(ctx context.Context, provider, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error) {
+	at, err := u.Gate.Departed(ctx, provider, merchant, jobID, slot, late)
+	if err != nil || at.IsZero() {
+		return at, err
+	}
+	u.reported.Add(1)
+	return at, fmt.Errorf("gate: depart %s/%s: %w: 0 of 1 within 50ms", provider, jobID, gate.ErrUnacknowledged)
+}
+
+func testLateWrite(t *testing.T, jobs []string, margin, stall time.Duration, unacked bool) {
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { rdb.Close() })
 	const window = time.Second
@@ -564,6 +583,13 @@ func testLateWrite(t *testing.T, jobs []string, margin, stall time.Duration) {
 		}})
 	ctx := context.Background()
 	h.dispatch["acme"] = stalled{Dispatcher: h.dispatch["acme"], by: stall, jobs: map[string]bool{"a": true, "c": true}}
+	u := &unackedDepartures{Gate: h.gate}
+	if unacked {
+		var err error
+		if h.worker, err = consumers.New(h.cfg, u, h.dispatch, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, id := range jobs {
 		if got := h.handleOne("acme", func() error { return h.broker.Publish(ctx, "acme", body(id, "acme")) }); got.Kind != "ack" {
 			t.Fatalf("%s: %+v, want acked", id, got)
@@ -592,6 +618,9 @@ func testLateWrite(t *testing.T, jobs []string, margin, stall time.Duration) {
 	}
 	if used := st.Policies[0].Used; used != 0 {
 		t.Fatalf("after c's 429 the window holds %d units, want 0 (c's released at its moved slot)", used)
+	}
+	if unacked && u.reported.Load() != 2 {
+		t.Fatalf("%d departures reported unacknowledged, want a's and c's", u.reported.Load())
 	}
 }
 

@@ -2,11 +2,14 @@ package consumers
 
 import (
 	"context"
+	"errors"
 	"net/http/httptrace"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/gate"
 )
 
 // departure is one request's watch on when it was written (httptrace's WroteRequest). The lateness guard
@@ -46,6 +49,14 @@ func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid str
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), departTimeout)
 				defer cancel()
 				at, err := w.gate.Departed(ctx, provider, merchant, gid, slot, late)
+				if errors.Is(err, gate.ErrUnacknowledged) {
+					// The request left; its move stands on the primary, but the replicas may still hold it
+					// at its slot: a failover now would count it there.
+					d.at = at
+					w.metrics.decisions.WithLabelValues(provider, "unacknowledged").Inc()
+					w.redisLog.warn(w.log, "a request written late was recorded where it went, but the replicas did not acknowledge it", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
+					return
+				}
 				if err != nil {
 					w.redisLog.warn(w.log, "a request written late could not be recorded where it went", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
 					return

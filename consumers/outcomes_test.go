@@ -74,19 +74,20 @@ type fakeGate struct {
 	answers []answer
 	w       *consumers.Worker
 
-	mu        sync.Mutex
-	clock     time.Time // the fake Redis clock: a second further at each decision
-	reserved  []reservation
-	released  []release
-	paused    []time.Time // the pauses' ends
-	sent      []string
-	throttles int
-	events    []string // CountEvent: "<provider> <event>"
-	landed    []string // the leases ended
-	landedAt  []time.Time
-	roomNow   bool        // Postpone finds room
-	postponed []time.Time // the slots Postpone was asked to move
-	movedTo   []time.Time // and the slots it moved them to
+	mu          sync.Mutex
+	clock       time.Time // the fake Redis clock: a second further at each decision
+	reserved    []reservation
+	released    []release
+	paused      []time.Time // the pauses' ends
+	sent        []string
+	throttles   int
+	events      []string // CountEvent: "<provider> <event>"
+	landed      []string // the leases ended
+	landedAt    []time.Time
+	roomNow     bool        // Postpone finds room
+	postponeErr error       // Postpone fails with it
+	postponed   []time.Time // the slots Postpone was asked to move
+	movedTo     []time.Time // and the slots it moved them to
 }
 
 func (g *fakeGate) ReserveFor(_ context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
@@ -143,6 +144,9 @@ func (g *fakeGate) Postpone(_ context.Context, provider, merchant, jobID string,
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.postponed = append(g.postponed, slot)
+	if g.postponeErr != nil {
+		return time.Time{}, g.postponeErr
+	}
 	if !g.roomNow {
 		return time.Time{}, nil
 	}
@@ -233,6 +237,7 @@ func TestOutcomes(t *testing.T) {
 		jobs     int           // deliveries of the job, handled in turn (0: 1)
 		late     time.Duration // Config.LateLimit (0: no limit)
 		roomNow  bool          // the gate's Postpone finds room
+		postpone error         // the gate's Postpone fails with it
 		inline   time.Duration // Config.MaxInlineWait (0: maxInlineWait)
 		shadow   bool          // the provider is in shadow mode (Config.Shadow)
 		gate     []answer      // nil: allowed now
@@ -307,6 +312,12 @@ func TestOutcomes(t *testing.T) {
 			gate:  []answer{{v: gate.Verdict{Allowed: true}, block: 200 * time.Millisecond}},
 			want:  []settled{{kind: "ack"}},
 			calls: calls{reserve: 1, dispatch: 1, postpone: 1}},
+		// the move not acknowledged by the replicas -> given back by the gate, deferred (not an attempt): not sent
+		{name: "woke late, the postponement not acknowledged: deferred, not sent", late: 100 * time.Millisecond, roomNow: true, attempt: 1,
+			postpone: fmt.Errorf("gate: postpone acme/x: %w: 0 of 1 within 50ms", gate.ErrUnacknowledged),
+			gate:     []answer{{v: gate.Verdict{Allowed: true}, block: 200 * time.Millisecond}},
+			want:     []settled{{kind: "defer", attempt: 1, after: redisRetry, why: "not acknowledged"}},
+			calls:    calls{reserve: 1, postpone: 1}},
 		{name: "postponed into a pause announced meanwhile: released at the new slot", late: 100 * time.Millisecond, roomNow: true,
 			gate: []answer{{v: gate.Verdict{Allowed: true}, block: 200 * time.Millisecond, during: func(w *consumers.Worker, v gate.Verdict) {
 				w.NotePause("acme", v.Now.Add(90*time.Second)) // past the postponed slot (the fake clock's next second)
@@ -500,7 +511,7 @@ func TestOutcomes(t *testing.T) {
 			if answers == nil {
 				answers = []answer{allow(0)}
 			}
-			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0), roomNow: tt.roomNow}
+			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0), roomNow: tt.roomNow, postponeErr: tt.postpone}
 			p := &fakeProvider{answers: tt.provider}
 			inline := cmp.Or(tt.inline, maxInlineWait)
 			w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: inline, MaxAttempts: maxAttempts,

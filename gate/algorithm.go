@@ -250,9 +250,9 @@ func (l *Limiter) loadFamily(ctx context.Context, f *family) error {
 // algorithm's own state. tag is "<prefix>:{<provider>}:".
 func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration, buckets int, version int64) []string {
 	if algo == SlidingLog {
-		return []string{tag + "log", tag + "pause", tag + "sent"}
+		return []string{tag + "log", tag + "pause", tag + "marks"}
 	}
-	keys := []string{tag + "ids", tag + "pause", tag + "sent"}
+	keys := []string{tag + "ids", tag + "pause", tag + "marks"}
 	switch algo {
 	case SlidingWindow:
 		// Named by the bucket width: a change of window, margin or bucket count starts a new hash rather

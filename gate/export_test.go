@@ -12,6 +12,9 @@ func ScriptOf(l *Limiter, name string) (src string, keys []string, args []any) {
 	return families[p.algo].src, p.keys, p.appendArgv(nil, p.inForce.Load(), nil)
 }
 
+// ShapeOf is the shape of a provider's state (stateShape) that its epoch records.
+func ShapeOf(l *Limiter, name string) int64 { return l.providers[name].cur.Load().shape }
+
 // SetMarginTiming shortens how long a widened margin holds and a lateness report counts, for tests.
 func SetMarginTiming(l *Limiter, hold, fresh time.Duration) { l.hold, l.fresh = hold, fresh }
 

@@ -208,8 +208,8 @@ func TestNewHistoryWarmsUp(t *testing.T) {
 			t.Fatalf("job %d on the primary: %+v, want admitted at once (an epoch without a history takes the server's)", i, v)
 		}
 	}
-	if got, want := primary.rdb.Get(ctx, epoch).Val(), "1 "+primary.replid(); got != want {
-		t.Fatalf("epoch %q, want %q", got, want)
+	if got, want := primary.rdb.Get(ctx, epoch).Val(), "1 "+primary.replid()+" @"; !strings.HasPrefix(got, want) {
+		t.Fatalf("epoch %q, want %q and the state's shape", got, want)
 	}
 	if n := primary.do("WAIT", 1, 2000).(int64); n != 1 {
 		t.Fatalf("WAIT: %d replicas, want 1", n)
@@ -221,7 +221,7 @@ func TestNewHistoryWarmsUp(t *testing.T) {
 	if v.Allowed || !v.Paused || v.RetryAfter < 100*time.Millisecond {
 		t.Fatalf("first decision on the promoted replica: %+v, want the warm-up", v)
 	}
-	if got := replica.rdb.Get(ctx, epoch).Val(); !strings.HasSuffix(got, " "+replica.replid()) {
+	if got := replica.rdb.Get(ctx, epoch).Val(); !strings.Contains(got, " "+replica.replid()+" @") {
 		t.Fatalf("epoch after the warm-up %q, want the new history %s", got, replica.replid())
 	}
 	time.Sleep(v.RetryAfter)
@@ -526,5 +526,115 @@ func TestHistoryNotBlindedByACL(t *testing.T) {
 	full := failoverGate(t, n.rdb, prefix, 0, pol(5, time.Second))
 	if v := mustReserve(t, full, "b", 1, 0); v.Allowed || !v.Paused {
 		t.Fatalf("with INFO, right after: %+v, want the warm-up", v)
+	}
+}
+
+// sentWithin is the most of the slots that fall in any window of length w (the provider's count).
+func sentWithin(slots []time.Time, w time.Duration) int {
+	most := 0
+	for _, from := range slots {
+		n := 0
+		for _, s := range slots {
+			if !s.Before(from) && s.Sub(from) < w {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// A move of an admission in time honours MinReplicasAcked as the admission does. A's holder wakes 300ms
+// late with the replication link lagging, and asks to go now (Postpone); the primary dies and the
+// replica, which holds A at its old slot, is promoted: after its warm-up it hands out B and C, and D one
+// window after A's old slot. Without acknowledgements A went at +300ms and the provider gets A, B, C and
+// D within a second (limit 3). With MinReplicasAcked 1 the move is not acknowledged: Postpone fails with
+// ErrUnacknowledged, A does not go, and the primary no longer counts it (given back).
+func TestAcknowledgedPostponeSurvivesFailover(t *testing.T) {
+	for _, acks := range []int{0, 1} {
+		t.Run("min_replicas_acked="+strconv.Itoa(acks), func(t *testing.T) {
+			ctx := context.Background()
+			primary, replica, repl := primaryAndReplica(t)
+			prefix := uniquePrefix(t)
+			l := failoverGate(t, primary.rdb, prefix, acks, pol(3, time.Second))
+			begun(t, primary.rdb, l)
+			a := mustReserve(t, l, "a", 1, 0)
+			if !a.Allowed || a.Delay != 0 {
+				t.Fatalf("a: %+v, want admitted now", a)
+			}
+			primary.do("WAIT", 1, 2000) // the replica holds A at its slot
+			repl.held.Store(true)
+			time.Sleep(300 * time.Millisecond) // A's holder woke late
+			var sent []time.Time
+			at, err := l.Postpone(ctx, prov, "", "a", a.Slot())
+			switch {
+			case acks == 0 && (err != nil || at.IsZero()):
+				t.Fatalf("postpone without acknowledgements: %v, %v; want moved to now", at, err)
+			case acks == 0:
+				sent = append(sent, at)
+			case !errors.Is(err, gate.ErrUnacknowledged) || !at.IsZero():
+				t.Fatalf("postpone with the replica lagging: %v, %v; want ErrUnacknowledged and no slot", at, err)
+			default:
+				st, err := l.Status(ctx, prov)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Units != 0 {
+					t.Fatalf("the primary counts %d units after the unacknowledged postponement, want 0: given back", st.Units)
+				}
+			}
+			primary.kill()
+			promote(replica)
+			onReplica := failoverGate(t, replica.rdb, prefix, 0, pol(3, time.Second))
+			for i := 0; len(sent) < 4 && i < 20; i++ {
+				v, err := onReplica.Reserve(ctx, prov, id(i), 1, 2*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v.Paused && !v.Allowed {
+					time.Sleep(v.RetryAfter) // the warm-up: the new history
+					continue
+				}
+				if v.Allowed {
+					sent = append(sent, v.Slot())
+				}
+			}
+			most := sentWithin(sent, time.Second)
+			t.Logf("min_replicas_acked %d: at most %d requests within a second (limit 3)", acks, most)
+			switch {
+			case acks == 0 && most != 4:
+				t.Errorf("without acknowledgements %d within a second, want 4: the promoted replica counts A at its old slot", most)
+			case acks > 0 && most > 3:
+				t.Errorf("with acknowledgements %d within a second, want at most the limit, 3", most)
+			}
+		})
+	}
+}
+
+// A request written late (Departed) has left: its move cannot be refused, but under MinReplicasAcked it
+// is waited for as an admission is: acknowledged with the replica in sync, and reported when the replica
+// lags (ErrUnacknowledged, with the new slot: the move stands on the primary).
+func TestAcknowledgedDeparture(t *testing.T) {
+	ctx := context.Background()
+	primary, _, repl := primaryAndReplica(t)
+	l := failoverGate(t, primary.rdb, uniquePrefix(t), 1, pol(3, time.Second))
+	begun(t, primary.rdb, l)
+	for _, job := range []string{"in-sync", "lagging"} {
+		v := mustReserve(t, l, job, 1, 0)
+		if !v.Allowed {
+			t.Fatalf("%s: %+v", job, v)
+		}
+		repl.held.Store(job == "lagging")
+		time.Sleep(50 * time.Millisecond)
+		at, err := l.Departed(ctx, prov, "", job, v.Slot(), 40*time.Millisecond)
+		if at.IsZero() || at.Before(v.Slot().Add(40*time.Millisecond)) {
+			t.Fatalf("%s departed: %v, %v; want moved 40ms past its slot", job, at, err)
+		}
+		switch {
+		case job == "in-sync" && err != nil:
+			t.Fatalf("departed with the replica in sync: %v", err)
+		case job == "lagging" && !errors.Is(err, gate.ErrUnacknowledged):
+			t.Fatalf("departed with the replica lagging: %v, want ErrUnacknowledged", err)
+		}
 	}
 }

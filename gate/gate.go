@@ -171,8 +171,9 @@ type Options struct {
 	// MinReplicasAcked: an admission is used only once this many replicas have acknowledged its write
 	// (WAIT, on the connection that made it, for at most AckTimeout), so that a failover to one of them
 	// keeps it. Not acknowledged in time, it is given back (a duplicate's permit, which another delivery
-	// holds, is not) and the decision fails with ErrUnacknowledged: the job does not go out. 0: off. It
-	// needs a *redis.Client (a single node, or a Sentinel primary) or a *redis.ClusterClient.
+	// holds, is not) and the decision fails with ErrUnacknowledged: the job does not go out. So does
+	// every move of an admission in time (Postpone, Departed). 0: off. It needs a *redis.Client (a single
+	// node, or a Sentinel primary) or a *redis.ClusterClient.
 	MinReplicasAcked int
 	// AckTimeout bounds the wait for MinReplicasAcked: 1ms..MaxAckTimeout.
 	AckTimeout time.Duration
@@ -198,8 +199,9 @@ const MaxBatchLinger = 10 * time.Millisecond
 // MaxAckTimeout is the longest Options.AckTimeout: a wait well within go-redis's read timeout (3s).
 const MaxAckTimeout = time.Second
 
-// ErrUnacknowledged: an admission's write did not reach Options.MinReplicasAcked replicas within
-// Options.AckTimeout. The admission was given back; the job must not go out now (ask again later).
+// ErrUnacknowledged: an admission's write, or its move (Postpone, Departed), did not reach
+// Options.MinReplicasAcked replicas within Options.AckTimeout. An admission or a postponement was given
+// back; the job must not go out now (ask again later).
 var ErrUnacknowledged = errors.New("gate: admission not acknowledged by enough replicas")
 
 // Limiter is the gate. It is safe for concurrent use; its state lives in Redis.
@@ -240,7 +242,8 @@ type provider struct {
 	algo     Algorithm
 	script   *family // family.lua with the algorithm's part
 	policies []Policy
-	keys     []string // the id record (sliding_log: the log), pause, sent, the algorithm's state, merchants, limits, flight, pace, epoch
+	keys     []string // the id record (sliding_log: the log), pause, marks, the algorithm's state, merchants, limits, flight, pace, epoch
+	shape    int64    // the layout of the state (stateShape), which the epoch records
 	// policyText is the settings' tail (family.lua's S[11..]): " limit window" (µs) per policy; settings
 	// keeps the settings without a merchant's limits under the margin last asked for (provider.settings)
 	policyText string
@@ -336,15 +339,15 @@ func (p provider) appendArgv(argv []any, m int64, mc *merchantCall) []any {
 }
 
 // settingsAt is a provider's settings string under margin m, for a merchant with the limits ml (nil: none):
-// margin, dedup, buckets, warm-up, pace, tolerance, max in flight, lease, the live limits' version, how many
-// policies are the merchant's, then the provider's policies and the merchant's. Without a merchant's limits
+// margin, dedup, buckets, warm-up, pace, tolerance, max in flight, lease, the live limits' version, the
+// state's shape, how many policies are the merchant's, then the provider's policies and the merchant's. Without a merchant's limits
 // it is kept for the margin last asked for: a string the script has seen is parsed there only once.
 func (p provider) settingsAt(m int64, ml *merchantLimits) string {
 	s := p.settings.Load()
 	if s == nil || s.m != m {
 		pace, tolerance := p.paceAt(m)
 		b := make([]byte, 0, 128)
-		for _, v := range [...]int64{m, p.dedup, p.s3, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version} {
+		for _, v := range [...]int64{m, p.dedup, p.s3, p.warmup, pace, tolerance, p.maxFlight, p.lease, p.version, p.shape} {
 			b = append(strconv.AppendInt(b, v, 10), ' ')
 		}
 		s = &settingsAt{m: m, head: string(b), s: string(b) + "0" + p.policyText}
@@ -365,7 +368,7 @@ func settingsText(policies []Policy) string {
 	return b.String()
 }
 
-// settingsAt is a provider's settings under margin m: head is its first nine numbers (and a space), s the
+// settingsAt is a provider's settings under margin m: head is its first ten numbers (and a space), s the
 // whole string for a job without a merchant's limits.
 type settingsAt struct {
 	m       int64
@@ -537,9 +540,9 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 	p.keys = keysFor(tag, algo, policies, margin, buckets, version)
 	p.nalgo = len(p.keys)
 	p.version = version
-	shape := stateShape(tag, algo, append(policies[:len(policies):len(policies)], p.merchantWindows()...), p.keys) // the pace is not part of the counted state
+	p.shape = stateShape(tag, algo, append(policies[:len(policies):len(policies)], p.merchantWindows()...), p.keys) // the pace is not part of the counted state
 	// the merchants seen, the live limits, the leases, the pace, the epoch always last
-	p.keys = append(p.keys, tag+"merchants", tag+"limits", tag+"flight", tag+"pace", tag+"epoch:"+shape)
+	p.keys = append(p.keys, tag+"merchants", tag+"limits", tag+"flight", tag+"pace", tag+"epoch")
 	p.marginKeys = []string{tag + "margin", tag + "lateness"}
 	return p, nil
 }
@@ -698,10 +701,11 @@ func (l *Limiter) Pace(providerName string) (every time.Duration, burst int64, e
 }
 
 // stateShape names the layout a provider's state is kept in: its keys, and for the buckets the windows
-// their fields are named by. The epoch key carries it, so that a change of algorithm, windows, buckets or
-// margin, which starts the state afresh under new names while the provider still counts what it was
-// sent, warms up like a loss of state. A sliding log keeps one layout whatever its limits.
-func stateShape(tag string, algo Algorithm, policies []Policy, keys []string) string {
+// their fields are named by. The epoch records it (family.lua's S[10]), so that a change of algorithm,
+// windows, buckets or margin, which starts the state afresh under new names while the provider still
+// counts what it was sent, warms up like a loss of state. A sliding log keeps one layout whatever its
+// limits.
+func stateShape(tag string, algo Algorithm, policies []Policy, keys []string) int64 {
 	h := fnv.New32a()
 	fmt.Fprint(h, algo)
 	for _, k := range keys {
@@ -712,7 +716,7 @@ func stateShape(tag string, algo Algorithm, policies []Policy, keys []string) st
 			fmt.Fprint(h, "|", micros(pol.Window))
 		}
 	}
-	return fmt.Sprintf("%08x", h.Sum32())
+	return int64(h.Sum32())
 }
 
 // Verdict is the gate's answer for one job. Being denied is a verdict, not an error.
@@ -1291,6 +1295,10 @@ func (l *Limiter) ReleaseFor(ctx context.Context, providerName, merchant, jobID 
 // nothing and returns zero. A caller that wakes on time but sends late (a stalled process, a slow
 // connection pool) calls it once the request is written; what its estimate of late may overstate only
 // spends budget, never more than the limit.
+//
+// With Options.MinReplicasAcked the move is waited for as an admission is. Not acknowledged in time, it
+// returns the new slot (the move stands on the primary) with an error wrapping ErrUnacknowledged: the
+// request left already, and a failover before the replicas catch up counts it at its old slot.
 func (l *Limiter) Departed(ctx context.Context, providerName, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error) {
 	if late < 0 {
 		return time.Time{}, invalidf("gate: departed needs a lateness >= 0, got %s", late)
@@ -1311,11 +1319,18 @@ func (l *Limiter) Departed(ctx context.Context, providerName, merchant, jobID st
 // with the admission. The pace is not asked: a postponed request may go between two paced slots, the
 // windows kept exact. Under a backlog reservations reach less than a window ahead, and the move fits; it
 // is refused when the slots after this one, to a window past now, already hold the limit.
+//
+// With Options.MinReplicasAcked the move is waited for as an admission is: not acknowledged in time, the
+// admission is given back (best effort) and Postpone fails with ErrUnacknowledged. The request must not
+// go: the replicas may hold it at its old slot, and a failover would hand out the slots after it again.
 func (l *Limiter) Postpone(ctx context.Context, providerName, merchant, jobID string, slot time.Time) (time.Time, error) {
 	return l.depart(ctx, "postpone", providerName, merchant, jobID, slot, 0)
 }
 
-// depart runs family.lua's op depart, or postpone.
+// depart runs family.lua's op depart, or postpone. With Options.MinReplicasAcked, the move is made on a
+// connection of its own and waited for as an admission is (acknowledged): a postponed request does not go
+// until its new slot would survive a failover; a departure (its request left already) returns its new
+// slot with the error, the move standing on the primary.
 func (l *Limiter) depart(ctx context.Context, op, providerName, merchant, jobID string, slot time.Time, late time.Duration) (time.Time, error) {
 	if err := checkID(jobID); err != nil {
 		return time.Time{}, err
@@ -1324,16 +1339,48 @@ func (l *Limiter) depart(ctx context.Context, op, providerName, merchant, jobID 
 		return time.Time{}, invalidf("gate: a departure needs the admission's slot")
 	}
 	var at int64
-	err := l.inForce(ctx, providerName, func(p provider) (err error) {
-		if at, err = l.run(ctx, p, p.merchantOf(merchant), op, jobID, 1, slot.UnixMicro(), late.Microseconds(), 0).Int64(); err != nil {
+	err := l.inForce(ctx, providerName, func(p provider) error {
+		var conn *redis.Conn
+		if l.acks > 0 {
+			var err error
+			if conn, err = l.connFor(ctx, p.keys[0]); err != nil {
+				return fmt.Errorf("gate: %s %s/%s: %w", op, providerName, jobID, err)
+			}
+			defer conn.Close()
+		}
+		mc := p.merchantOf(merchant)
+		var err error
+		if at, err = l.runAtOn(ctx, conn, p, p.inForce.Load(), mc, op, jobID, 1, slot.UnixMicro(), late.Microseconds(), 0).Int64(); err != nil {
 			return fmt.Errorf("gate: %s %s/%s: %w", op, providerName, jobID, err)
 		}
-		return nil
+		if conn == nil || at == 0 {
+			return nil
+		}
+		return l.movedAcknowledged(ctx, conn, op, providerName, merchant, jobID, time.UnixMicro(at))
 	})
-	if err != nil || at == 0 {
+	if at == 0 || (err != nil && (op == "postpone" || !errors.Is(err, ErrUnacknowledged))) {
 		return time.Time{}, err
 	}
-	return time.UnixMicro(at), nil
+	return time.UnixMicro(at), err
+}
+
+// movedAcknowledged waits until Options.MinReplicasAcked replicas hold the move conn made (op, to slot).
+// Not acknowledged, a postponed admission is given back (best effort, as acknowledged does for a
+// reserve): its request must not go. A departure's request went already; its move stands.
+func (l *Limiter) movedAcknowledged(ctx context.Context, conn *redis.Conn, op, providerName, merchant, jobID string, slot time.Time) error {
+	n, err := conn.Do(ctx, "WAIT", l.acks, l.ackMillis).Int64()
+	if err == nil && n >= l.acks {
+		return nil
+	}
+	if op == "postpone" {
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_, _ = l.ReleaseFor(gctx, providerName, merchant, jobID, 1, slot)
+	}
+	if err != nil {
+		return fmt.Errorf("gate: %s %s/%s: %w: WAIT: %w", op, providerName, jobID, ErrUnacknowledged, err)
+	}
+	return fmt.Errorf("gate: %s %s/%s: %w: %d of %d within %dms", op, providerName, jobID, ErrUnacknowledged, n, l.acks, l.ackMillis)
 }
 
 // run calls the provider's script under the margin in force: op, then ARGV[2..6] as given, then the
@@ -1372,7 +1419,7 @@ func checkID(jobID string) error {
 // Sent records that jobID's request (as admitted, under that id) reached the provider and was accepted,
 // though its delivery could not be settled and will come again. A stale redelivery of it is then a plain
 // duplicate rather than moved (see Options.StaleAfter): the provider will only replay it, and moving it
-// would spend a unit the provider never uses. The mark lasts the longest window plus margin.
+// would spend a unit the provider never uses. The mark lasts as long as the gate remembers the id.
 func (l *Limiter) Sent(ctx context.Context, providerName, jobID string) error {
 	p, err := l.provider(providerName)
 	if err != nil {
@@ -1381,8 +1428,8 @@ func (l *Limiter) Sent(ctx context.Context, providerName, jobID string) error {
 	if err := checkID(jobID); err != nil {
 		return err
 	}
-	ttl := (longestWindow(p.policies) + l.margin + time.Second).Milliseconds()
-	if err := sentScript.Run(ctx, l.rdb, p.keys[2:3], jobID, ttl).Err(); err != nil {
+	// The id record keeps an id sent already (its slot past) at most dedup.
+	if err := sentScript.Run(ctx, l.rdb, p.keys[2:3], jobID, p.dedup).Err(); err != nil {
 		return fmt.Errorf("gate: sent %s/%s: %w", providerName, jobID, err)
 	}
 	return nil

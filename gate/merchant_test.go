@@ -357,8 +357,8 @@ func TestMerchantLimitsAddedUnderJobs(t *testing.T) {
 }
 
 // The registry: a provider that tracks merchants without limits of their own still records them; and a
-// change of the merchants' windows is a change of the state's shape for the counters (a new epoch key:
-// a warm-up), while sliding_log, whose merchant log keeps no window, keeps its epoch.
+// change of the merchants' windows is a change of the state's shape for the counters (the epoch records
+// another: a warm-up), while sliding_log, whose merchant log keeps no window, keeps its shape.
 func TestMerchantRegistryAndShape(t *testing.T) {
 	rdb := backends(t)[0].rdb
 	ctx := context.Background()
@@ -369,18 +369,14 @@ func TestMerchantRegistryAndShape(t *testing.T) {
 	if seen, ms, err := l.Merchants(ctx, prov, 10); err != nil || seen != 1 || len(ms) != 1 || ms[0].Merchant != "a" || len(ms[0].Policies) != 0 {
 		t.Fatalf("Merchants: %d %+v %v; want a, without limits", seen, ms, err)
 	}
-	epoch := func(algo gate.Algorithm, per time.Duration) string {
+	shape := func(algo gate.Algorithm, per time.Duration) int64 {
 		l := newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(10, time.Second)}, PerMerchant: []gate.Policy{pol(2, per)}})
-		keys, err := l.Keys(prov)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimPrefix(keys[len(keys)-1], strings.SplitN(keys[len(keys)-1], "}", 2)[0])
+		return gate.ShapeOf(l, prov)
 	}
 	for _, algo := range gate.MerchantAlgorithms {
-		changed := epoch(algo, time.Second) != epoch(algo, 2*time.Second)
+		changed := shape(algo, time.Second) != shape(algo, 2*time.Second)
 		if changed != (algo != gate.SlidingLog) {
-			t.Errorf("%s: a merchant window changed the epoch: %v", algo, changed)
+			t.Errorf("%s: a merchant window changed the state's shape: %v", algo, changed)
 		}
 	}
 }

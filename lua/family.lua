@@ -12,11 +12,15 @@
 --                                                under the counters (algo.counters), markers naming the
 --                                                keys that counted the job (see counted_marker)
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
--- KEYS[3] -> <prefix>:{<provider>}:sent   HASH   job id -> '1': its request was accepted though not settled
---                                                (sent.lua); 'dup': a duplicate of it was let go on its slot
+-- KEYS[3] -> <prefix>:{<provider>}:marks  ZSET   the id record's marks: member id.."\0s": its request was
+--                                                accepted though not settled (sent.lua); id.."\0d": a
+--                                                duplicate of it was let go on its slot. Score = until when
+--                                                the mark matters (µs, Redis clock: as long as the record
+--                                                keeps the id); every write of a mark trims the marks past
+--                                                theirs, and the key expires after the latest
 -- KEYS[4..#KEYS-5] -> the algorithm's state, all with the provider's hash tag (see its file): the
 --                                                provider's, then the merchant's (ARGV[7]) when it has
---                                                limits of its own (S[10] > 0; only for algorithms
+--                                                limits of its own (S[11] > 0; only for algorithms
 --                                                that set algo.merchants)
 -- KEYS[#KEYS-4] -> <prefix>:{<provider>}:merchants ZSET the merchants seen: member = merchant (ARGV[7]),
 --                                                score = its newest admission's slot (µs); kept until that
@@ -28,9 +32,10 @@
 --                                                the lease lapses (µs): its slot plus S[8]. land.lua
 --                                                ends one
 -- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
--- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch:<shape>  STRING "<began> <history>": when this provider's
---                                                state began (µs), and the replication history it was
---                                                written under (see current_history); never
+-- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch  STRING "<began> <history> @<shape>": when this provider's
+--                                                state began (µs), the replication history it was written
+--                                                under (see current_history; '' where unknown) and the
+--                                                shape of the state (S[10]); one per provider, never
 --                                                expires. Its name also gives the warm-up's announcement
 --                                                channel, <prefix>:pauses, and the provider's name
 --
@@ -75,16 +80,21 @@
 --          policies below from: when the version in force differs, the call is refused before anything
 --          is read or written, with the error "PAYGATE_LIMITS <version in force>"; the caller reads the
 --          live limits (limits.lua 'show') and calls again
--- S[10] -> M: how many of the policies below are the merchant's (the last M; 0: none); a job is
+-- S[10] -> shape: a number naming the layout of the provider's state (gate.go's stateShape: its keys'
+--          names, and the windows their contents are named by). The epoch records it: an epoch of
+--          another shape means the state began afresh under new names (a change of algorithm, windows,
+--          margin or, for the buckets, limits) while the provider still counts what it was sent, and a
+--          warm-up is due as after a loss
+-- S[11] -> M: how many of the policies below are the merchant's (the last M; 0: none); a job is
 --          admitted only at a slot where the provider's policies and the merchant's all have room. The
 --          merchant's are counted over its own state (keys above), with the same margin
--- S[11], S[12] -> limit, window µs of policy 0; S[13], S[14] -> policy 1; and so on
+-- S[12], S[13] -> limit, window µs of policy 0; S[14], S[15] -> policy 1; and so on
 --
 -- ARGV[1] 'batch' -> several reserves in one call: ARGV[2] = n (1..1000), then for each job 5 arguments
 --            (its ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7] above: id, cost, max wait, force, merchant),
 --            then stale (ARGV[5]) and the settings (ARGV[8]), shared. A job id comes at most once a call
 --            (a repeated one is its own error reply: gate.go sends it in the next call). The KEYS are the provider's, with no
---            merchant's own (S[10] = 0; a merchant's job goes alone). The provider's state is read once
+--            merchant's own (S[11] = 0; a merchant's job goes alone). The provider's state is read once
 --            (the jobs' slots in the id record with one ZMSCORE), then each job is decided as its own
 --            reserve would be, one after another in the order given, each seeing what the ones before it
 --            did, and the writes of all are applied together at the end (one ZADD to the id record, one
@@ -102,7 +112,7 @@
 --   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed (but a warm-up begun)
 --   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
 --                   pause, or now, whichever is latest (denied beyond max wait). Let go, it is marked
---                   'dup' in KEYS[3], so that the holder of the first admission can no longer release it
+--                   in KEYS[3] (id.."\0d"), so that the holder of the first admission can no longer release it
 --   delay_us        slot - now when allowed, else 0
 --   retry_after_us  when denied (> 0): the same call this much later is admitted if nobody else takes the
 --                   room meanwhile (a leaky bucket's full queue counts too); else 0
@@ -151,7 +161,7 @@
 --
 -- The algorithm's part fills `algo`:
 --   algo.init()               set the algorithm's per-call state (see begin), before anything else
---   algo.merchants            true: counts a merchant's policies (S[10] > 0) over keys of its own
+--   algo.merchants            true: counts a merchant's policies (S[11] > 0) over keys of its own
 --   algo.fcfs                 true: a new slot is never before the newest slot in the id record
 --   algo.per_unit             true: the id record holds one member per unit of cost (sliding_log)
 --   algo.counters             true: gives units back into counters named by window (counter_undo), only
@@ -204,7 +214,7 @@ local function bind_globals()
   next, pairs, ipairs, error, type = g.next, g.pairs, g.ipairs, g.error, g.type
 end
 local KEYS, ARGV
-local ids, pause, sent, merchants, live, flight, pace_key, epoch
+local ids, pause, marks, merchants, live, flight, pace_key, epoch
 local op, id, merchant
 local cost, arg4, stale, forced, margin, dedup, buckets, warmup, pace, tolerance, max_flight, lease, M
 local conf, limits, windows, P, PP -- conf: the settings' table (see parse_settings), the algorithm may keep what it derives from them there
@@ -247,10 +257,11 @@ local function parse_settings(str)
     if not v or v < 0 or v % 1 ~= 0 then return nil, 'settings must be whole numbers >= 0, got ' .. w end
     x[#x + 1] = v
   end
-  if #x < 12 or #x % 2 ~= 0 then return nil, 'settings must be 10 numbers then limit, window pairs, got ' .. #x end
+  if #x < 13 or #x % 2 ~= 1 then return nil, 'settings must be 11 numbers then limit, window pairs, got ' .. #x end
   local c = {margin = x[1], dedup = x[2], buckets = x[3], warmup = x[4], pace = x[5], tolerance = x[6],
-    max_flight = x[7], lease = x[8], version = string.format('%d', x[9]), M = x[10], limits = {}, windows = {}, P = 0}
-  for i = 11, #x, 2 do
+    max_flight = x[7], lease = x[8], version = string.format('%d', x[9]), shape = string.format('%d', x[10]),
+    M = x[11], limits = {}, windows = {}, P = 0}
+  for i = 12, #x, 2 do
     if x[i] < 1 or x[i + 1] < 1 then return nil, 'limits and windows must be >= 1, got ' .. x[i] .. '/' .. x[i + 1] end
     c.P = c.P + 1
     c.limits[c.P], c.windows[c.P] = x[i], x[i + 1]
@@ -265,7 +276,7 @@ end
 local function begin(keys, argv, o, stale_arg, settings_arg, nargs_ok)
   KEYS, ARGV = keys, argv
   local nk = #KEYS
-  ids, pause, sent = KEYS[1], KEYS[2], KEYS[3]
+  ids, pause, marks = KEYS[1], KEYS[2], KEYS[3]
   merchants, live, flight, pace_key, epoch = KEYS[nk - 4], KEYS[nk - 3], KEYS[nk - 2], KEYS[nk - 1], KEYS[nk]
   op = o
   if op ~= 'reserve' and op ~= 'release' and op ~= 'depart' and op ~= 'postpone' and op ~= 'status' and op ~= 'merchants' then
@@ -430,13 +441,22 @@ local function current_history()
   end
   return history
 end
--- epoch_state reads the epoch's value (KEYS[#KEYS], false when missing) against this server's history:
--- whether a warm-up is due (no epoch: the state was lost, or this is the first decision; or an epoch
--- written under another history), the history it was written under (nil: none) and this server's.
+-- epoch_state reads the epoch's value (KEYS[#KEYS], false when missing) against this server's history and
+-- the state's shape: whether a warm-up is due (no epoch: the state was lost, or this is the first
+-- decision; an epoch of another shape: the state began afresh under other names; or one written under
+-- another history), and the history to write it with when it needs writing without one (it lacks the
+-- shape, or this server's history: it takes them; nil: it needs no writing). Also this server's history.
 local function epoch_state(began)
-  local was, h = began and string.match(began, ' (%w+)$'), current_history()
-  return not began or (was and h ~= '' and was ~= h), was, h
+  local h = current_history()
+  if not began then return true, nil, h end
+  local was, shape = string.match(began, '^%d+ (%w+)'), string.match(began, ' @(%d+)$')
+  if (shape and shape ~= conf.shape) or (was and h ~= '' and was ~= h) then return true, nil, h end
+  if h ~= '' and was ~= h then return false, h, h end
+  if not shape then return false, was or '', h end
+  return false, nil, h
 end
+-- epoch_value is the epoch's value for a state begun at began_us under history h.
+local function epoch_value(began_us, h) return began_us .. ' ' .. h .. ' @' .. conf.shape end
 -- num formats a number exactly, as %.17g does: a whole one below 1e17 (but -0) as int does, which prints
 -- the same digits at a third of the cost; others with 17 significant digits.
 local function num(x)
@@ -749,10 +769,13 @@ local function extend(key, ttl_ms)
   if ttl_ms > (C.ttl[key] or 0) then C.ttl[key] = ttl_ms end
 end
 
--- mark queues a mark on the id in the sent hash, kept at least as long as the record keeps the id.
-local function mark(value, ttl_us)
-  write('HSET', sent, id, value)
-  extend(sent, math.ceil(ttl_us / 1000) + 1000)
+-- mark queues a mark on the id (kind 's': sent, 'd': a duplicate let go), kept for ttl_us: at least as
+-- long as the record keeps the id. The marks whose time is past go with it: the set holds only what the
+-- record may still ask about.
+local function mark(kind, ttl_us)
+  write('ZADD', marks, int(now + ttl_us), id .. '\0' .. kind)
+  write('ZREMRANGEBYSCORE', marks, '-inf', '(' .. int(now))
+  extend(marks, math.ceil(ttl_us / 1000) + 1000)
 end
 
 -- counted_marker is the id record's member that marks an admission counted by the keys KEYS[first..last]
@@ -822,7 +845,10 @@ local function lookup()
   prev = prev and tonumber(prev) or nil
   if prev and prev < now - dedup then prev = nil end
   if not prev then return nil, false end
-  return prev, redis.call('HGET', sent, id)
+  local got = redis.call('ZMSCORE', marks, id .. '\0s', id .. '\0d')
+  if tonumber(got[1] or nil) and tonumber(got[1]) >= now then return prev, 's' end
+  if tonumber(got[2] or nil) and tonumber(got[2]) >= now then return prev, 'd' end
+  return prev, false
 end
 
 -- lease_of is the in-flight lease the id's admission at slot took (S[7] > 0), while it stands: nil when
@@ -908,18 +934,18 @@ local function prepare()
   -- stands whatever this decision's verdict. An epoch without a history (written where INFO was refused,
   -- or by an earlier version) takes this server's, without a warm-up.
   began = warmup > 0 and began
-  local due, was, h = false, nil, ''
-  if warmup > 0 then due, was, h = epoch_state(began) end
+  local due, stamp, h = false, nil, ''
+  if warmup > 0 then due, stamp, h = epoch_state(began) end
   if due then
-    write('SET', epoch, int(now) .. ' ' .. h)
+    write('SET', epoch, epoch_value(int(now), h))
     if now + warmup > C.pause_until then
       C.pause_until = now + warmup
       write('SET', pause, int(C.pause_until), 'PX', int(math.ceil(warmup / 1000) + 1000))
     end
-    local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch:')
+    local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch$')
     write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(C.pause_until) .. ' ' .. int(now))
-  elseif began and h ~= '' and was ~= h then
-    write('SET', epoch, (string.match(began, '^%d+') or int(now)) .. ' ' .. h)
+  elseif stamp then
+    write('SET', epoch, epoch_value(string.match(began, '^%d+') or int(now), stamp))
   end
   -- In-flight leases: the lapsed ones go (their workers died, or never ended them); an admission needs one
   -- of the max_flight.
@@ -941,7 +967,7 @@ local function reserve()
   local prev, marked = lookup()
   local max_wait, pause_until, tat = arg4, C.pause_until, C.tat
   local moved, old, token = 0, 0, nil
-  if prev and stale > 0 and math.max(now, pause_until) - prev > stale and marked ~= '1' then
+  if prev and stale > 0 and math.max(now, pause_until) - prev > stale and marked ~= 's' then
     -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back
     -- where the algorithm can give them back); it is admitted afresh below, or everything stays. (A slot
     -- of this call's is never stale: it is at least now.)
@@ -961,7 +987,7 @@ local function reserve()
     -- Let go, a duplicate is a request of its own in flight: it needs a lease of its own.
     if not lease_free() then return flight_full(1, prev) end
     take_lease('\0d', at)
-    if marked ~= '1' then mark('dup', math.max(at - now, 0) + dedup) end -- 'sent' says more: keep it
+    if marked ~= 's' then mark('d', math.max(at - now, 0) + dedup) end -- sent says more: keep it
     local leased = 0
     if max_flight > 0 then leased = 2 end
     return reply(1, 1, at - now, 0, room, index, paused, prev, 0, 0, leased)

@@ -24,7 +24,7 @@
 -- reserved ahead: a scan of a few). The tables live on between a function's calls; only 1..len[i] is this
 -- call's. (Indexed by position: a Lua table indexed by window numbers in the tens of millions makes
 -- gopher-lua, the demo's embedded Redis, allocate an array that large.)
--- A merchant's policies (family.lua's S[10]) are policies like the provider's, each with a hash of its
+-- A merchant's policies (family.lua's S[11]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:fw:<W>.
 algo.merchants = true
 algo.counters = true -- family.lua's counted_marker: units go back only into the counters that took them

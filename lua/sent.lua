@@ -2,15 +2,22 @@
 -- not be settled (the broker will deliver it again). A stale redelivery of it is then a plain duplicate:
 -- the provider counted the first request and will only replay it, so the gate need not move its entry.
 --
--- KEYS[1] -> <prefix>:{<provider>}:sent   HASH   job id -> 1
+-- KEYS[1] -> <prefix>:{<provider>}:marks  ZSET   the id record's marks (family.lua): member id.."\0s",
+--                                                score = until when the mark matters (µs, Redis clock)
 --
 -- ARGV[1] -> job id, as admitted
--- ARGV[2] -> ms to keep the mark: the longest window plus margin; the key's expiry is only ever extended
+-- ARGV[2] -> µs to keep the mark: as long as the record keeps an id whose slot is past (its dedup)
 --
--- Returns 1.
+-- The marks whose time is past go; the key lasts a second past the newest mark (its expiry is only ever
+-- extended). Returns 1.
 
-redis.call('HSET', KEYS[1], ARGV[1], 1)
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local keep = tonumber(ARGV[2])
+local ms = math.ceil(keep / 1000) + 1000
+redis.call('ZADD', KEYS[1], string.format('%d', now + keep), ARGV[1] .. '\0s')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('(%d', now))
+if redis.call('PTTL', KEYS[1]) < ms then
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', ms))
 end
 return 1

@@ -22,7 +22,7 @@
 --
 -- Release and moves take a job's units out of the bucket they went into while it still counts (exact).
 
--- A merchant's policies (family.lua's S[10]) are policies like the provider's, each with a hash of its
+-- A merchant's policies (family.lua's S[11]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:sw:<g>.
 algo.merchants = true
 algo.counters = true -- family.lua's counted_marker: units go back only into the counters that took them

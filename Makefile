@@ -1,14 +1,14 @@
 # paygate. `make test` is the test command CI runs (.ci/run); it starts the servers the tests need.
 GO ?= go
 
-.PHONY: test test-repeat test-faults test-adaptive services vet fmt build bench bench-quick bench-gate bench-fleet clean
+.PHONY: test test-repeat test-faults test-adaptive services vet fmt lint build bench bench-quick bench-gate bench-fleet clean
 
 # The end-to-end tests (cmd/worker) run real worker processes and measure utilisation, which needs the
 # machine to itself: they run after the other packages, not beside them. Then ten seconds of fuzzing the
 # job decoder, and ten of its one-pass reader against encoding/json's, from the seed corpus in job/testdata/fuzz.
 # Minimising each new input is bounded to a second (-fuzzminimizetime), so the ten seconds go to fuzzing
 # rather than to shrinking inputs the decoder refuses at once.
-test: services fmt vet
+test: services fmt vet lint
 	$(GO) test -race -count=1 -timeout 5m $$($(GO) list ./... | grep -v '/cmd/worker$$')
 	$(GO) test -race -count=1 -timeout 12m -skip '^TestFault' ./cmd/worker
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s -fuzzminimizetime 1s ./job
@@ -42,6 +42,18 @@ services:
 vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+
+# golangci-lint at a pinned version, built into bin/ on first use (about a minute); .golangci.yml says what
+# it checks and why.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := $(CURDIR)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	mkdir -p $(CURDIR)/bin/.lint
+	GOBIN=$(CURDIR)/bin/.lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(CURDIR)/bin/.lint/golangci-lint $@
 
 fmt:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -95,7 +95,7 @@ func TestEnvOverrides(t *testing.T) {
 	t.Setenv("PAYGATE_PROVIDERS_GLOBEX_AUTH_HEADER", "Authorization")
 	t.Setenv("PAYGATE_PROVIDERS_GLOBEX_AUTH_ENV", "GLOBEX_TOKEN")
 	t.Setenv("PAYGATE_REDIS_MASTER_NAME", "")
-	c, err = config.Load(writeFile(t, "redis: {master_name: mymaster}\nproviders:\n  globex: {url: 'http://x:1', timeout: 1s, limits: [{requests: 1, per: 1s}]}\n  acme-pay: {url: 'http://x:1', limits: [{requests: 1, per: 1s}]}\n"))
+	_, err = config.Load(writeFile(t, "redis: {master_name: mymaster}\nproviders:\n  globex: {url: 'http://x:1', timeout: 1s, limits: [{requests: 1, per: 1s}]}\n  acme-pay: {url: 'http://x:1', limits: [{requests: 1, per: 1s}]}\n"))
 	if err == nil || !strings.Contains(err.Error(), "providers.acme-pay.timeout: must be > 0, got 0s") {
 		t.Fatalf("acme-pay without timeout: %v", err)
 	}

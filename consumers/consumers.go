@@ -398,7 +398,6 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			// Woke too late to use the slot: go now instead, if the gate finds room for the unit there
 			// (every window the move reaches). Given back, the unit would be lost to the window whenever
 			// later slots were handed out meanwhile, as they usually are.
-			began := time.Now()
 			at, err := w.gate.Postpone(ctx, provider, j.Merchant, gid, v.Slot())
 			if errors.Is(err, gate.ErrUnacknowledged) {
 				// Moved, but not on enough replicas to survive a failover: given back by the gate, not sent.
@@ -407,7 +406,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			}
 			if err == nil && !at.IsZero() {
 				w.metrics.decisions.WithLabelValues(provider, "postponed").Inc()
-				slot, due, answeredDue = at, began, time.Now()
+				slot, answeredDue = at, time.Now()
 				break
 			}
 		}

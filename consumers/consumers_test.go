@@ -257,7 +257,9 @@ func TestNoHeadOfLineBlocking(t *testing.T) {
 	}
 	slowDone := h.calls["slow"].Load()
 	stop()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	if slowDone > 10 {
 		t.Fatalf("slow provider took %d jobs while fast took 200: the test did not overload it", slowDone)
 	}

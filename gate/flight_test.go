@@ -115,7 +115,12 @@ func TestWatchAnnouncesLandings(t *testing.T) {
 	w := &landings{heard: make(chan string, 4)}
 	done := make(chan error, 1)
 	go func() { done <- l.Watch(ctx, rdb, w) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch after cancel: %v", err)
+		}
+	}()
 	a := mustReserve(t, l, "a", 1, 0)
 	for w.subscribed() == 0 { // the first subscription is announced as a disconnect
 		time.Sleep(5 * time.Millisecond)

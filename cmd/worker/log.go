@@ -21,7 +21,7 @@ func newLogger(c config.Log, w io.Writer) (*zap.Logger, error) {
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	var encoder zapcore.Encoder = zapcore.NewJSONEncoder(enc)
+	encoder := zapcore.NewJSONEncoder(enc)
 	if c.Format == "console" {
 		encoder = zapcore.NewConsoleEncoder(enc)
 	}

@@ -257,7 +257,8 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 					return nil
 				}
 				_ = m.Nack(false, true)
-			case <-closed:
+			case err := <-closed:
+				_ = err // stopping: a close now, cleanly or not, ends the drain all the same
 				return nil
 			case <-deadline.C:
 				return nil
@@ -391,9 +392,8 @@ type publisher struct {
 }
 
 type pending struct {
-	id       string // x-paygate-publish-id, to match a return
-	returned bool
-	done     chan error
+	id   string // x-paygate-publish-id, to match a return
+	done chan error
 }
 
 func (p *publisher) channel(ctx context.Context) (*amqp.Channel, error) {

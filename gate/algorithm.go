@@ -246,7 +246,7 @@ func (l *Limiter) loadFamily(ctx context.Context, f *family) error {
 	return load(ctx, l.fn)
 }
 
-// keysFor names a provider's keys: the id record (sliding_log's log), pause and sent first, then the
+// keysFor names a provider's keys: the id record (sliding_log's log), pause and marks first, then the
 // algorithm's own state. tag is "<prefix>:{<provider>}:".
 func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration, buckets int, version int64) []string {
 	if algo == SlidingLog {

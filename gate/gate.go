@@ -1578,7 +1578,8 @@ func (l *Limiter) Merchants(ctx context.Context, providerName string, max int) (
 }
 
 // Keys returns the Redis keys that hold a provider's state: the id record (sliding_log: the log), pause,
-// sent, then the algorithm's own keys; for tests and operators.
+// marks, then the algorithm's own keys, then the merchants seen, the live limits, the in-flight leases,
+// the pace and the epoch; for tests and operators.
 func (l *Limiter) Keys(providerName string) ([]string, error) {
 	p, err := l.provider(providerName)
 	if err != nil {

@@ -394,7 +394,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		if !lost && !relimited && (w.cfg.LateLimit <= 0 || s.late <= w.cfg.LateLimit) {
 			break
 		}
-		if !lost && !relimited && !v.Duplicate && !v.Moved {
+		if !lost && !relimited && v.Releasable() {
 			// Woke too late to use the slot: go now instead, if the gate finds room for the unit there
 			// (every window the move reaches). Given back, the unit would be lost to the window whenever
 			// later slots were handed out meanwhile, as they usually are.
@@ -428,7 +428,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// Not a duplicate's or a moved job's to release: a duplicate's entry may stand for a request the
 		// first delivery sent, a moved one for whichever of its requests the provider counts. Asking
 		// again moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
-		if !v.Duplicate && !v.Moved {
+		if v.Releasable() {
 			if _, err := w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, v.Slot()); err != nil {
 				s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
 				return
@@ -463,7 +463,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		wait = held
 	}
 	if wait > 0 {
-		if !v.Duplicate && !v.Moved {
+		if v.Releasable() {
 			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, slot) // unused: give it back (best effort)
 		}
 		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
@@ -508,10 +508,10 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		if !shadow && !w.cfg.Adaptive[provider] { // shadow mode holds nothing back; a learned limit is cut instead
 			w.pause(ctx, provider, thr.RetryAfter)
 		}
-		if v.Allowed && !v.Duplicate && !v.Moved {
+		if v.Allowed && v.Releasable() {
 			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, slot)
 		}
-		if v.Allowed && !v.Duplicate && !v.Moved && !shadow && !w.cfg.Adaptive[provider] {
+		if v.Allowed && v.Releasable() && !shadow && !w.cfg.Adaptive[provider] {
 			// Sent on its slot, in time, and still too many for the provider: it counted the window with
 			// requests arriving later than the margin allows for. The fleet widens it. (Not in shadow mode:
 			// there the requests go whenever they come.)

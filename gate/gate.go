@@ -784,6 +784,11 @@ const FlightPoll = 250 * time.Millisecond
 // Slot is the moment, on the Redis clock, at which the job may be dispatched.
 func (v Verdict) Slot() time.Time { return v.Now.Add(v.Delay) }
 
+// Releasable reports whether the caller may give the admission back (Release, ReleaseFor): not a
+// duplicate's (its entry may stand for a request the first delivery sent) nor a moved job's (its entry
+// stands for whichever of its requests the provider counts).
+func (v Verdict) Releasable() bool { return !v.Duplicate && !v.Moved }
+
 // Allow admits the job now or denies it; it never reserves a future slot.
 func (l *Limiter) Allow(ctx context.Context, providerName, jobID string, cost int64) (Verdict, error) {
 	return l.Reserve(ctx, providerName, jobID, cost, 0)
@@ -985,7 +990,7 @@ func (l *Limiter) acknowledged(ctx context.Context, conn *redis.Conn, p provider
 	// whatever became of the caller's context meanwhile.
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if !v.Duplicate && !v.Moved {
+	if v.Releasable() {
 		merchant := ""
 		if mc != nil {
 			merchant = mc.name

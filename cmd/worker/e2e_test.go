@@ -303,7 +303,7 @@ func (a arrivals) latest(from, to time.Time, n int) arrivals {
 }
 
 // warmUpBegan is when the provider's first decision began the warm-up, from the gate's epoch key ("<began
-// µs> <history>"); zero when there is none.
+// µs> <history> @<shape>"); zero when there is none.
 func (f *fleet) warmUpBegan(provider string) time.Time {
 	f.t.Helper()
 	keys := f.gateKeys(provider)

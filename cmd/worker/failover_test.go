@@ -133,12 +133,13 @@ func TestFaultSentinelFailover(t *testing.T) {
 				name, promoted.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 			f.waitAccepted("acme", 250, 2*time.Minute)
 			// The first decision on the promoted replica found the epoch written under the old primary's
-			// history, warmed up, and wrote it again: began after the kill, under the replica's history.
+			// history, warmed up, and wrote it again: began after the kill, under the replica's history
+			// ("<began µs> <history> @<shape>").
 			keys := f.gateKeys("acme")
 			rdb := redis.NewClient(&redis.Options{Addr: loopback(s.replica)})
 			defer rdb.Close()
 			epoch := strings.Fields(rdb.Get(context.Background(), keys[len(keys)-1]).Val())
-			if began, _ := strconv.ParseInt(epoch[0], 10, 64); len(epoch) != 2 || began < killed.UnixMicro() {
+			if began, _ := strconv.ParseInt(epoch[0], 10, 64); len(epoch) != 3 || began < killed.UnixMicro() {
 				t.Errorf("epoch on the promoted replica %q: want one begun after the kill (%d), by the warm-up", epoch, killed.UnixMicro())
 			}
 			f.stopAll()

@@ -108,6 +108,21 @@ type Kafka struct {
 	// Partitions and ReplicationFactor apply to the topics the worker creates when they are missing.
 	Partitions        int `mapstructure:"partitions"`
 	ReplicationFactor int `mapstructure:"replication_factor"`
+	// TLS turns on TLS 1.2+ to every broker, trusting TLSCAFile or else the system's roots; TLSCertFile
+	// and TLSKeyFile, together, are the client certificate the brokers may ask for.
+	TLS         bool   `mapstructure:"tls"`
+	TLSCAFile   string `mapstructure:"tls_ca_file"`
+	TLSCertFile string `mapstructure:"tls_cert_file"`
+	TLSKeyFile  string `mapstructure:"tls_key_file"`
+	// SASL authenticates every connection (no mechanism: none).
+	SASL KafkaSASL `mapstructure:"sasl"`
+}
+
+// KafkaSASL is broker.kafka.sasl: the mechanism, the user, and the variable holding the password.
+type KafkaSASL struct {
+	Mechanism   string `mapstructure:"mechanism"` // "" (none) or one of SASLMechanisms
+	Username    string `mapstructure:"username"`
+	PasswordEnv string `mapstructure:"password_env"`
 }
 
 // Worker tunes job processing.
@@ -348,6 +363,13 @@ var defaults = map[string]any{
 	"broker.kafka.topic_prefix":        "payments",
 	"broker.kafka.partitions":          6,
 	"broker.kafka.replication_factor":  1,
+	"broker.kafka.tls":                 false,
+	"broker.kafka.tls_ca_file":         "",
+	"broker.kafka.tls_cert_file":       "",
+	"broker.kafka.tls_key_file":        "",
+	"broker.kafka.sasl.mechanism":      "",
+	"broker.kafka.sasl.username":       "",
+	"broker.kafka.sasl.password_env":   "PAYGATE_KAFKA_PASSWORD",
 	"worker.concurrency":               16,
 	"worker.max_inline_wait":           "5s",
 	"worker.max_attempts":              8,

@@ -159,7 +159,7 @@ func (c *Config) EnvNames() map[string]bool {
 			names[p.AuthEnv+FileSuffix] = true // each secret may come from a file instead
 		}
 	}
-	for _, secret := range []string{c.Redis.PasswordEnv, c.Broker.RabbitMQ.URLEnv} {
+	for _, secret := range []string{c.Redis.PasswordEnv, c.Broker.RabbitMQ.URLEnv, c.Broker.Kafka.SASL.PasswordEnv} {
 		if secret != "" {
 			names[secret] = true
 			names[secret+FileSuffix] = true

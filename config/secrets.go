@@ -43,15 +43,16 @@ var secretKeys = map[string]string{"password": "password_env", "url": "url_env",
 	"secret": "auth_env", "api_key": "auth_env", "apikey": "auth_env", "auth": "auth_env", "authorization": "auth_env"}
 
 // secretHint is what the error about an unknown key in section adds when the key looks like a secret and
-// the section has the *_env key for it: redis.password_env, broker.rabbitmq.url_env or
-// providers.<name>.auth_env.
+// the section has the *_env key for it: redis.password_env, broker.rabbitmq.url_env,
+// broker.kafka.sasl.password_env or providers.<name>.auth_env.
 func secretHint(section, key string) string {
 	env := secretKeys[key]
 	name, inProvider := strings.CutPrefix(section, "providers.")
 	inProvider = inProvider && name != "" && !strings.ContainsAny(name, ".[") // the provider's own keys, not its limits'
 	switch home := join(section, env); {
 	case env == "":
-	case home == "redis.password_env", home == "broker.rabbitmq.url_env", inProvider && env == "auth_env":
+	case home == "redis.password_env", home == "broker.rabbitmq.url_env", home == "broker.kafka.sasl.password_env",
+		inProvider && env == "auth_env":
 		return fmt.Sprintf("; secrets never live in the file: set %s to the name of an environment variable holding it", home)
 	}
 	return ""

@@ -44,3 +44,23 @@ func (r RabbitMQ) TLSConfig() (*tls.Config, error) {
 	}
 	return tlsConfig("broker.rabbitmq.tls_ca_file", r.TLSCAFile)
 }
+
+// keyPair reads a client certificate and its private key (PEM) from the files that certKey and keyKey (a
+// *.tls_cert_file and its *.tls_key_file) name. The errors name the keys and the files, never the key's
+// contents.
+func keyPair(certKey, certFile, keyKey, keyFile string) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s: cannot read the client certificate: %w", certKey, err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s: cannot read the private key: %w", keyKey, err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("%s: %s and %s (%s) are not a PEM certificate and its private key: %w",
+			certKey, certFile, keyFile, keyKey, err)
+	}
+	return cert, nil
+}

@@ -83,6 +83,7 @@ func (c *Config) Validate() error {
 			"must be 1..200 of [A-Za-z0-9._-], got %q", k.TopicPrefix)
 		p.check(k.Partitions >= 1, "broker.kafka.partitions", "must be >= 1, got %d", k.Partitions)
 		p.check(k.ReplicationFactor >= 1, "broker.kafka.replication_factor", "must be >= 1, got %d", k.ReplicationFactor)
+		k.validateSecurity(&p)
 	default:
 		p.add("broker.kind", "must be rabbitmq or kafka, got %q", c.Broker.Kind)
 	}

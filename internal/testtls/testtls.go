@@ -1,6 +1,7 @@
 // Package testtls gives tests a throwaway certificate authority, a server certificate it signed for
-// 127.0.0.1 and localhost, and a TLS-terminating proxy in front of a plain server on loopback: real Redis
-// or RabbitMQ behind a real TLS handshake, without reconfiguring either. For tests only.
+// 127.0.0.1 and localhost, client certificates it signs, and a TLS-terminating proxy in front of a plain
+// server on loopback: real Redis or RabbitMQ behind a real TLS handshake, without reconfiguring either.
+// For tests only.
 package testtls
 
 import (
@@ -29,6 +30,9 @@ type CA struct {
 	File string
 	// Server presents the server certificate (SANs 127.0.0.1 and localhost), TLS 1.2 or later.
 	Server *tls.Config
+
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
 }
 
 // NewCA makes a CA and a server certificate, both ECDSA P-256 and valid for an hour, and writes the CA
@@ -79,7 +83,51 @@ func NewCA(t testing.TB) *CA {
 			MinVersion:   tls.VersionTLS12,
 			Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER, caDER}, PrivateKey: leafKey}},
 		},
+		cert: caCert,
+		key:  caKey,
 	}
+}
+
+// RequireClients is Server that also requires a client certificate the CA signed.
+func (ca *CA) RequireClients() *tls.Config {
+	c := ca.Server.Clone()
+	c.ClientAuth = tls.RequireAndVerifyClientCert
+	c.ClientCAs = x509.NewCertPool()
+	c.ClientCAs.AddCert(ca.cert)
+	return c
+}
+
+// Client makes a client certificate the CA signed for name, valid for an hour, and writes it and its
+// private key (PKCS #8) as PEM files in t.TempDir(), for a *.tls_cert_file and its *.tls_key_file.
+func (ca *CA) Client(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	now := time.Now()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(t),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {

@@ -79,12 +79,18 @@ type e2eShape struct {
 	linger      time.Duration // gate.batch_linger
 }
 
-// e2eShapes: config's defaults, and a worker set for thousands of jobs a second (docs/operations.md):
-// more handlers, so that more of them ask at once and each call decides more jobs, and a linger that
-// gathers them.
+// e2eShapes: config's defaults, read from the config package, and a worker set for thousands of jobs a
+// second (docs/operations.md): more handlers, so that more of them ask at once and each call decides
+// more jobs, and a linger that gathers them.
 var e2eShapes = []e2eShape{
-	{"Workers as config's defaults set them", config.Default().Worker.Concurrency, 64, 0},
+	defaultsShape(config.Default()),
 	{"Workers set for throughput", 64, 256, 500 * time.Microsecond},
+}
+
+// defaultsShape is how config's defaults set a worker: its concurrency, its RabbitMQ prefetch and its
+// linger, whatever they are.
+func defaultsShape(d *config.Config) e2eShape {
+	return e2eShape{"Workers as config's defaults set them", d.Worker.Concurrency, d.Broker.RabbitMQ.Prefetch, d.Gate.BatchLinger}
 }
 
 // e2eRounds: each round runs every setting once, one after another, so that the machine's drift (its

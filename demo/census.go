@@ -12,6 +12,7 @@ import (
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/kafka"
 	"github.com/paygate/paygate/wire"
 )
 
@@ -41,10 +42,14 @@ func jobID(body []byte) string {
 // group has not finished), and the dead-letter topic from the start; then it deletes the demo's topics.
 func kafkaCensus(ctx context.Context, cfg *config.Config) (c *census, err error) {
 	c = newCensus()
-	brokers, group := cfg.Broker.Kafka.Brokers, cfg.Broker.Kafka.Group
-	tr := &kafkago.Transport{}
+	group := cfg.Broker.Kafka.Group
+	cluster, err := wire.KafkaCluster(cfg, wire.Options{})
+	if err != nil {
+		return nil, err
+	}
+	tr := cluster.Transport()
 	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	cl := &kafkago.Client{Addr: kafkago.TCP(cluster.Brokers...), Timeout: 10 * time.Second, Transport: tr}
 	names := wire.BrokerNames(cfg)
 	dead := names.Dead
 	topics := append(append(slices.Clone(names.Providers), names.Delays...), dead)
@@ -102,7 +107,7 @@ func kafkaCensus(ctx context.Context, cfg *config.Config) (c *census, err error)
 			if f := from(topic, po.Partition); topic != dead && f > start {
 				start = f
 			}
-			err := readPartition(ctx, brokers, topic, po.Partition, start, po.LastOffset, func(m kafkago.Message) {
+			err := readPartition(ctx, cluster, topic, po.Partition, start, po.LastOffset, func(m kafkago.Message) {
 				if topic != dead {
 					c.queued[jobID(m.Value)] = true
 					return
@@ -127,11 +132,12 @@ func kafkaCensus(ctx context.Context, cfg *config.Config) (c *census, err error)
 }
 
 // readPartition hands fn the records of topic/partition at offsets [from, to).
-func readPartition(ctx context.Context, brokers []string, topic string, partition int, from, to int64, fn func(kafkago.Message)) error {
+func readPartition(ctx context.Context, cluster kafka.Cluster, topic string, partition int, from, to int64, fn func(kafkago.Message)) error {
 	if from >= to {
 		return nil
 	}
-	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: partition, MaxWait: 100 * time.Millisecond})
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: cluster.Brokers, Dialer: cluster.Dialer(), Topic: topic, Partition: partition,
+		MaxWait: 100 * time.Millisecond})
 	defer r.Close()
 	if err := r.SetOffset(from); err != nil {
 		return err

@@ -305,9 +305,17 @@ func OpenBroker(ctx context.Context, c *config.Config, o Options) (Broker, error
 			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Log: log.Named("rabbitmq")})
 	case "kafka":
 		k := c.Broker.Kafka
-		return kafka.Open(ctx, kafka.Options{Brokers: k.Brokers, Group: k.Group, TopicPrefix: k.TopicPrefix,
+		cl, err := KafkaCluster(c, o)
+		if err != nil {
+			return nil, err
+		}
+		b, err := kafka.Open(ctx, kafka.Options{Brokers: k.Brokers, TLS: cl.TLS, SASL: cl.SASL, Group: k.Group, TopicPrefix: k.TopicPrefix,
 			Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, Providers: c.ProviderNames(),
 			DelayTiers: c.Worker.DelayTiers, Log: log.Named("kafka")})
+		if err != nil {
+			return nil, kafkaRefusal(k, err)
+		}
+		return b, nil
 	default:
 		return nil, ConfigError{fmt.Errorf("broker.kind: %s is not supported", c.Broker.Kind)}
 	}
@@ -409,7 +417,11 @@ func BrokerNames(c *config.Config) Names {
 func DeleteBroker(ctx context.Context, c *config.Config, o Options) error {
 	switch c.Broker.Kind {
 	case "kafka":
-		return kafka.DeleteTopics(ctx, c.Broker.Kafka.Brokers, kafka.TopicsOf(c.Broker.Kafka.TopicPrefix, c.ProviderNames(), c.Worker.DelayTiers))
+		cl, err := KafkaCluster(c, o)
+		if err != nil {
+			return err
+		}
+		return kafkaRefusal(c.Broker.Kafka, kafka.DeleteTopics(ctx, cl, kafka.TopicsOf(c.Broker.Kafka.TopicPrefix, c.ProviderNames(), c.Worker.DelayTiers)))
 	default:
 		url := o.secret(c.Broker.RabbitMQ.URLEnv)
 		if url == "" {

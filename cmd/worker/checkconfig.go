@@ -22,7 +22,8 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	case "rabbitmq":
 		fmt.Fprintf(stdout, "broker: rabbitmq, exchange %q, url from $%s\n", c.Broker.RabbitMQ.Exchange, c.Broker.RabbitMQ.URLEnv)
 	case "kafka":
-		fmt.Fprintf(stdout, "broker: kafka %s, group %q, topic prefix %q\n", strings.Join(c.Broker.Kafka.Brokers, ","), c.Broker.Kafka.Group, c.Broker.Kafka.TopicPrefix)
+		fmt.Fprintf(stdout, "broker: kafka %s, group %q, topic prefix %q, %s\n", strings.Join(c.Broker.Kafka.Brokers, ","), c.Broker.Kafka.Group,
+			c.Broker.Kafka.TopicPrefix, c.Broker.Kafka.Security())
 	}
 	if c.Gate.MarginMax > c.Gate.Margin {
 		fmt.Fprintf(stdout, "gate:   margin %s, following the fleet's lateness up to %s\n", c.Gate.Margin, c.Gate.MarginMax)

@@ -85,9 +85,13 @@ func brokerBacklog(c *config.Config, names []string) (dashboard.Backlog, func(),
 	switch c.Broker.Kind {
 	case "kafka":
 		k := c.Broker.Kafka
+		cl, err := wire.KafkaCluster(c, wire.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
 		topics := kafka.TopicsOf(k.TopicPrefix, names, c.Worker.DelayTiers).Providers
 		return func(ctx context.Context) (map[string]int64, error) {
-			lag, err := kafka.Lag(ctx, k.Brokers, k.Group, topics)
+			lag, err := kafka.Lag(ctx, cl, k.Group, topics)
 			return byName(topics, lag), err
 		}, func() {}, nil
 	default:

@@ -11,14 +11,13 @@ import (
 
 // DeleteTopics removes every topic of t, with the records in them: for demos, benchmarks and tests that
 // made their own. Topics already gone are not an error.
-func DeleteTopics(ctx context.Context, brokers []string, t Topics) error {
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+func DeleteTopics(ctx context.Context, c Cluster, t Topics) error {
+	cl, closeIdle := c.client(10 * time.Second)
+	defer closeIdle()
 	topics := append(append(slices.Clone(t.Providers), t.Retries...), t.Dead)
 	res, err := cl.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: topics})
 	if err != nil {
-		return fmt.Errorf("kafka: deleting topics: %w", err)
+		return c.explain(ctx, "deleting topics", err)
 	}
 	for topic, err := range res.Errors {
 		if err != nil && err != kafkago.UnknownTopicOrPartition {
@@ -31,13 +30,12 @@ func DeleteTopics(ctx context.Context, brokers []string, t Topics) error {
 // Lag returns, for each topic, how many records the consumer group has yet to commit: the sum over its
 // partitions of the end offset less the group's committed offset (the whole partition where the group
 // has committed nothing). For the operator's view (worker dashboard).
-func Lag(ctx context.Context, brokers []string, group string, topics []string) (map[string]int64, error) {
-	tr := &kafkago.Transport{}
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(brokers...), Timeout: 5 * time.Second, Transport: tr}
+func Lag(ctx context.Context, c Cluster, group string, topics []string) (map[string]int64, error) {
+	cl, closeIdle := c.client(5 * time.Second)
+	defer closeIdle()
 	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
 	if err != nil {
-		return nil, fmt.Errorf("kafka: metadata: %w", err)
+		return nil, c.explain(ctx, "metadata", err)
 	}
 	parts := map[string][]int{}
 	ends := map[string][]kafkago.OffsetRequest{}
@@ -80,4 +78,10 @@ func Lag(ctx context.Context, brokers []string, group string, topics []string) (
 		}
 	}
 	return out, nil
+}
+
+// client is a kafkago.Client of the cluster on a transport of its own, and what closes its connections.
+func (c Cluster) client(timeout time.Duration) (*kafkago.Client, func()) {
+	tr := c.Transport()
+	return &kafkago.Client{Addr: kafkago.TCP(c.Brokers...), Timeout: timeout, Transport: tr}, tr.CloseIdleConnections
 }

@@ -16,6 +16,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 	"go.uber.org/zap"
 
 	"github.com/paygate/paygate/consumers"
@@ -35,6 +37,8 @@ import (
 // Options configure the adapter.
 type Options struct {
 	Brokers           []string
+	TLS               *tls.Config    // nil: plaintext (Cluster.TLS)
+	SASL              sasl.Mechanism // nil: no authentication (Cluster.SASL)
 	Group             string
 	TopicPrefix       string
 	Partitions        int
@@ -66,7 +70,12 @@ const drainTimeout = time.Minute
 
 var _ consumers.Broker = (*Broker)(nil)
 
-// Open creates missing topics and returns the adapter; consumption starts with the first Consume.
+// cluster is how every connection of the adapter reaches the brokers.
+func (o Options) cluster() Cluster { return Cluster{Brokers: o.Brokers, TLS: o.TLS, SASL: o.SASL} }
+
+// Open creates missing topics and returns the adapter; consumption starts with the first Consume. A
+// refusal of the credentials or of a certificate (see ErrAuthentication) fails at once, whatever the
+// other brokers would say.
 func Open(ctx context.Context, o Options) (*Broker, error) {
 	if o.Log == nil {
 		o.Log = zap.NewNop()
@@ -80,9 +89,9 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	if err := b.createTopics(ctx); err != nil {
 		return nil, err
 	}
-	// The writer's own transport, dialing as kafka-go's shared default does, so that Close can close its
-	// connections and stop its metadata goroutine (the shared one keeps them for the process's life).
-	b.transport = &kafkago.Transport{Dial: (&net.Dialer{Timeout: 3 * time.Second}).DialContext}
+	// The writer's own transport, so that Close can close its connections and stop its metadata goroutine
+	// (kafka-go's shared default keeps them for the process's life).
+	b.transport = o.cluster().Transport()
 	b.writer = &kafkago.Writer{
 		Addr:         kafkago.TCP(o.Brokers...),
 		Transport:    b.transport,
@@ -117,10 +126,13 @@ func (b *Broker) topics() []string {
 }
 
 func (b *Broker) createTopics(ctx context.Context) error {
-	var d kafkago.Dialer
+	d := b.o.cluster().Dialer()
 	var lastErr error
 	for _, addr := range b.o.Brokers {
 		conn, err := d.DialContext(ctx, "tcp", addr)
+		if Refused(err) {
+			return wrap("connect", err) // the credentials or a certificate: the other brokers would say the same
+		}
 		if err != nil {
 			lastErr = err
 			continue
@@ -128,11 +140,11 @@ func (b *Broker) createTopics(ctx context.Context) error {
 		defer conn.Close()
 		ctrl, err := conn.Controller()
 		if err != nil {
-			return fmt.Errorf("kafka: find controller: %w", err)
+			return wrap("find controller", err)
 		}
 		cc, err := d.DialContext(ctx, "tcp", net.JoinHostPort(ctrl.Host, strconv.Itoa(ctrl.Port)))
 		if err != nil {
-			return fmt.Errorf("kafka: dial controller: %w", err)
+			return wrap("dial controller", err)
 		}
 		defer cc.Close()
 		var configs []kafkago.TopicConfig
@@ -140,7 +152,7 @@ func (b *Broker) createTopics(ctx context.Context) error {
 			configs = append(configs, kafkago.TopicConfig{Topic: t, NumPartitions: b.o.Partitions, ReplicationFactor: b.o.ReplicationFactor})
 		}
 		if err := cc.CreateTopics(configs...); err != nil && !errors.Is(err, kafkago.TopicAlreadyExists) {
-			return fmt.Errorf("kafka: create topics: %w", err)
+			return wrap("create topics", err)
 		}
 		return nil
 	}
@@ -231,6 +243,7 @@ func (b *Broker) member(ctx context.Context, streams map[string]chan consumers.D
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID:                b.o.Group,
 		Brokers:           b.o.Brokers,
+		Dialer:            b.o.cluster().Dialer(),
 		Topics:            b.topics()[1:],         // not the dead letters
 		HeartbeatInterval: 250 * time.Millisecond, // a rebalance is noticed at the next heartbeat
 		SessionTimeout:    10 * time.Second,
@@ -284,7 +297,8 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
 	r := kafkago.NewReader(kafkago.ReaderConfig{
-		Brokers: b.o.Brokers, Topic: topic, Partition: pa.ID, MinBytes: 1, MaxBytes: 4 << 20, MaxWait: 500 * time.Millisecond,
+		Brokers: b.o.Brokers, Dialer: b.o.cluster().Dialer(), Topic: topic, Partition: pa.ID, MinBytes: 1, MaxBytes: 4 << 20,
+		MaxWait: 500 * time.Millisecond,
 	})
 	defer r.Close()
 	offset := pa.Offset

@@ -16,6 +16,7 @@ import (
 	"github.com/paygate/paygate/consumers/conformance"
 	"github.com/paygate/paygate/consumers/kafka"
 	"github.com/paygate/paygate/internal/testenv"
+	"github.com/paygate/paygate/internal/testtls"
 )
 
 // brokers is a kfake cluster per test, or the real brokers in PAYGATE_TEST_KAFKA_BROKERS.
@@ -40,44 +41,58 @@ func unique() string {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) *conformance.Harness {
-		bs := brokers(t)
-		o := kafka.Options{Brokers: bs, Group: unique(), TopicPrefix: unique(), Partitions: 2,
-			Providers: []string{"acme"}, DelayTiers: []time.Duration{300 * time.Millisecond, 2 * time.Second}}
-		open := func() *kafka.Broker {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			b, err := kafka.Open(ctx, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
-		b := open()
-		t.Cleanup(func() { b.Abandon(); b.Close() })
-		return &conformance.Harness{
-			Broker:      b,
-			Publish:     b.Publish,
-			MinDeferral: 300 * time.Millisecond,
-			Crash: func(t *testing.T) consumers.Broker {
-				b.Abandon()
-				b.Close()
-				b2 := open()
-				t.Cleanup(func() { b2.Abandon(); b2.Close() })
-				return b2
-			},
-			DeadLetters: func(t *testing.T, want int) []conformance.DeadLetter {
-				return readDead(t, bs, o.TopicPrefix+".dead", want)
-			},
-		}
+		return harness(t, kafka.Cluster{Brokers: brokers(t)})
 	})
 }
 
+// The whole suite again over TLS with a client certificate and SASL SCRAM-SHA-512, as on a managed
+// cluster: the group, its readers, the writer (deferrals, dead letters, retry releases) all connect so.
+func TestConformanceSecure(t *testing.T) {
+	ca := testtls.NewCA(t)
+	conformance.Run(t, func(t *testing.T) *conformance.Harness {
+		bs := secureCluster(t, kfake.TLS(ca.RequireClients()), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", saslUser, saslPassword))
+		return harness(t, kafka.Cluster{Brokers: bs, TLS: clientTLS(t, ca, true), SASL: mechanism(t, "SCRAM-SHA-512", saslPassword)})
+	})
+}
+
+// harness is the conformance suite's: an adapter on its own group and topics of cl.
+func harness(t *testing.T, cl kafka.Cluster) *conformance.Harness {
+	o := kafka.Options{Brokers: cl.Brokers, TLS: cl.TLS, SASL: cl.SASL, Group: unique(), TopicPrefix: unique(), Partitions: 2,
+		Providers: []string{"acme"}, DelayTiers: []time.Duration{300 * time.Millisecond, 2 * time.Second}}
+	open := func() *kafka.Broker {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		b, err := kafka.Open(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b := open()
+	t.Cleanup(func() { b.Abandon(); b.Close() })
+	return &conformance.Harness{
+		Broker:      b,
+		Publish:     b.Publish,
+		MinDeferral: 300 * time.Millisecond,
+		Crash: func(t *testing.T) consumers.Broker {
+			b.Abandon()
+			b.Close()
+			b2 := open()
+			t.Cleanup(func() { b2.Abandon(); b2.Close() })
+			return b2
+		},
+		DeadLetters: func(t *testing.T, want int) []conformance.DeadLetter {
+			return readDead(t, cl, o.TopicPrefix+".dead", want)
+		},
+	}
+}
+
 // readDead reads the dead-letter topic from the start until it has want records or 10s pass.
-func readDead(t *testing.T, bs []string, topic string, want int) []conformance.DeadLetter {
+func readDead(t *testing.T, cl kafka.Cluster, topic string, want int) []conformance.DeadLetter {
 	t.Helper()
 	var out []conformance.DeadLetter
 	for p := range 2 {
-		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: bs, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
+		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: cl.Brokers, Dialer: cl.Dialer(), Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		for len(out) < want {
 			m, err := r.ReadMessage(ctx)
@@ -127,7 +142,7 @@ func TestLag(t *testing.T) {
 	}
 	topic := kafka.TopicsOf(o.TopicPrefix, o.Providers, o.DelayTiers).Providers[0]
 	lag := func() int64 {
-		got, err := kafka.Lag(ctx, bs, o.Group, []string{topic, o.TopicPrefix + ".nope"})
+		got, err := kafka.Lag(ctx, kafka.Cluster{Brokers: bs}, o.Group, []string{topic, o.TopicPrefix + ".nope"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,5 +1,6 @@
 // Package wire builds paygate's parts from a config.Config: the Redis client and the gate over it, a
-// dispatcher per provider, the broker adapter the configuration names, and the worker core's settings.
+// dispatcher per provider, the broker adapter the configuration names, the worker core's settings, and
+// what the operator's view reads of the broker (Backlog).
 // `worker run`, the demo and the benchmarks all build a worker through it, so that what they measure is
 // what runs; each derived setting (the backoff from the delay tiers, the lateness limit from the margin,
 // the largest job cost from the limits) is derived here and nowhere else.

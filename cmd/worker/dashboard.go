@@ -9,9 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/paygate/paygate/config"
-	"github.com/paygate/paygate/consumers/kafka"
-	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/dashboard"
 	"github.com/paygate/paygate/wire"
 )
@@ -39,7 +36,7 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	names := c.ProviderNames()
 	src := dashboard.GateSource(l, names)
-	backlog, closeBacklog, err := brokerBacklog(c, names)
+	backlog, closeBacklog, err := wire.Backlog(c, wire.Options{})
 	if err != nil {
 		return err
 	}
@@ -67,48 +64,4 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	return nil
-}
-
-// brokerBacklog reads the jobs waiting for each provider: on RabbitMQ by passive declares of the
-// providers' queues (on a connection of its own), on Kafka from the consumer group's committed offsets.
-// nil (and nothing to close) when RabbitMQ's URL is not set.
-func brokerBacklog(c *config.Config, names []string) (dashboard.Backlog, func(), error) {
-	byName := func(keys []string, got map[string]int64) map[string]int64 {
-		out := make(map[string]int64, len(got))
-		for i, k := range keys {
-			if n, ok := got[k]; ok {
-				out[names[i]] = n
-			}
-		}
-		return out
-	}
-	switch c.Broker.Kind {
-	case "kafka":
-		k := c.Broker.Kafka
-		cl, err := wire.KafkaCluster(c, wire.Options{})
-		if err != nil {
-			return nil, nil, err
-		}
-		topics := kafka.TopicsOf(k.TopicPrefix, names, c.Worker.DelayTiers).Providers
-		return func(ctx context.Context) (map[string]int64, error) {
-			lag, err := kafka.Lag(ctx, cl, k.Group, topics)
-			return byName(topics, lag), err
-		}, func() {}, nil
-	default:
-		r := c.Broker.RabbitMQ
-		url := config.Secret(r.URLEnv)
-		if url == "" {
-			return nil, func() {}, nil
-		}
-		tlsc, err := r.TLSConfig()
-		if err != nil {
-			return nil, nil, err
-		}
-		in := rabbitmq.NewInspector(url, tlsc)
-		queues := rabbitmq.TopologyOf(r.Exchange, names, c.Worker.DelayTiers).Queues
-		return func(context.Context) (map[string]int64, error) {
-			depths, err := in.Depths(queues)
-			return byName(queues, depths), err
-		}, func() { _ = in.Close() }, nil
-	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/paygate/paygate/config"
-	"github.com/paygate/paygate/consumers/kafka"
 	"github.com/paygate/paygate/internal/testtls"
 	"github.com/paygate/paygate/providers/sim"
 	"github.com/paygate/paygate/wire"
@@ -57,8 +56,8 @@ func (f *fleet) useKafka(brokers, security string) {
 
 // The issue's acceptance on a secure Kafka: `worker run` joins the group over TLS with a client
 // certificate and SCRAM-SHA-512 (the password from a _FILE secret), `worker enqueue` publishes, the jobs
-// are dispatched, each once, and committed (the group's lag, read as the dashboard reads it, falls to 0);
-// the worker stops with status 0, and the password is in none of its logs.
+// are dispatched, each once, and committed (the group's lag, read by wire.Backlog as the dashboard reads
+// it, falls to 0); the worker stops with status 0, and the password is in none of its logs.
 func TestKafkaSecureRun(t *testing.T) {
 	ca := testtls.NewCA(t)
 	brokers := secureKfake(t, ca)
@@ -79,18 +78,20 @@ func TestKafkaSecureRun(t *testing.T) {
 	s := f.sims["acme"]
 	f.waitFor("30 accepted", 30*time.Second, func() bool { return s.Stats().Accepted >= 30 })
 
+	// The dashboard's reader of the backlog, built as `worker dashboard` builds it.
 	c, err := config.Load(f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := wire.KafkaCluster(c, wire.Options{Secret: func(string) string { return securePassword }})
+	backlog, closeBacklog, err := wire.Backlog(c, wire.Options{Secret: func(string) string { return securePassword }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	topics := wire.BrokerNames(c).Providers
+	defer closeBacklog()
 	f.waitFor("every record committed", 10*time.Second, func() bool {
-		lag, err := kafka.Lag(context.Background(), cl, c.Broker.Kafka.Group, topics)
-		return err == nil && lag[topics[0]] == 0
+		lag, err := backlog(context.Background())
+		n, ok := lag["acme"]
+		return err == nil && ok && n == 0
 	})
 	f.stopAll()
 	st := s.Stats()

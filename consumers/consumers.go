@@ -311,16 +311,16 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		err = &job.InvalidError{Field: "provider", Msg: fmt.Sprintf("%q arrived on the queue of %s", j.Provider, provider)}
 	}
 	if err != nil {
-		s.deadLetter(ctx, ReasonInvalid, "invalid", err)
+		s.deadLetter(ctx, ReasonInvalid, OutcomeInvalid, err)
 		return
 	}
 	s.job = j
 	if age := w.now().Sub(d.FirstSeen()); age > w.cfg.MaxDeferralAge {
-		s.deadLetter(ctx, ReasonDeferralAge, "too_old", fmt.Errorf("first seen %s ago, more than max_deferral_age %s", age.Round(time.Second), w.cfg.MaxDeferralAge))
+		s.deadLetter(ctx, ReasonDeferralAge, OutcomeTooOld, fmt.Errorf("first seen %s ago, more than max_deferral_age %s", age.Round(time.Second), w.cfg.MaxDeferralAge))
 		return
 	}
 	if wait := w.pausedFor(provider); wait > 0 {
-		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
+		s.deferFor(ctx, wait, OutcomePaused, errors.New("provider paused after a throttle"))
 		return
 	}
 	var v gate.Verdict
@@ -347,7 +347,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// next job only to be denied too: a backlog deeper than max wait went round the tiers whole. Held
 		// back by the in-flight cap, the job asks again as soon as a lease ends (or after RetryAfter).
 		for err == nil && !v.Allowed && denials+v.RetryAfter <= w.cfg.MaxInlineWait {
-			w.metrics.decisions.WithLabelValues(provider, "denied").Inc()
+			w.metrics.decided(provider, DecisionDenied)
 			began := time.Now()
 			if !w.waitDenied(ctx, provider, v) {
 				s.requeue(ctx) // shutting down: the job goes back untouched
@@ -405,7 +405,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 				return
 			}
 			if err == nil && !at.IsZero() {
-				w.metrics.decisions.WithLabelValues(provider, "postponed").Inc()
+				w.metrics.decided(provider, DecisionPostponed)
 				slot, answeredDue = at, time.Now()
 				break
 			}
@@ -415,13 +415,13 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			// The gate's state was lost (a Redis restart) while the job slept on its slot: the state in
 			// force does not know the slot and may give it to another job. Not sent: asked again, the job
 			// meets the warm-up, which waits for this moment (Limiter.Watch, LossNotice).
-			w.metrics.decisions.WithLabelValues(provider, "lost").Inc()
+			w.metrics.decided(provider, DecisionLost)
 		case relimited:
 			// The provider's live limits changed while the job slept on a slot decided under the old
 			// ones: sent, it could put the provider over the new limits. Given back and asked again.
-			w.metrics.decisions.WithLabelValues(provider, "relimited").Inc()
+			w.metrics.decided(provider, DecisionRelimited)
 		default:
-			w.metrics.decisions.WithLabelValues(provider, "late").Inc()
+			w.metrics.decided(provider, DecisionLate)
 		}
 		// Woken too late to use the slot: sent now, it could land within a window of a job sent on time
 		// one window later. Give the slot back and ask again, so the log records what the provider sees.
@@ -430,17 +430,17 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		// again moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
 		if v.Releasable() {
 			if _, err := w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, v.Slot()); err != nil {
-				s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
+				s.deferFor(ctx, w.cfg.RedisRetry, OutcomeGateError, err)
 				return
 			}
 		}
 		w.land(ctx, provider, &lease) // given up: asking again takes a lease of its own
 		if try == MaxLateTries && lost {
-			s.deferFor(ctx, w.cfg.RedisRetry, "lost", errors.New("the gate's state was lost under its reservation repeatedly"))
+			s.deferFor(ctx, w.cfg.RedisRetry, OutcomeLost, errors.New("the gate's state was lost under its reservation repeatedly"))
 			return
 		}
 		if try == MaxLateTries && relimited {
-			s.deferFor(ctx, w.cfg.RedisRetry, "relimited", errors.New("the provider's live limits changed under its reservation repeatedly"))
+			s.deferFor(ctx, w.cfg.RedisRetry, OutcomeRelimited, errors.New("the provider's live limits changed under its reservation repeatedly"))
 			return
 		}
 		if try == MaxLateTries {
@@ -449,7 +449,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			// the job goes back to the broker for a while (not an attempt), and the log says why.
 			w.lateLog.warn(w.log, "woke later than gate.margin/2 after repeated re-reservations: job deferred; raise gate.margin or give the worker more CPU",
 				zap.String("provider", provider), zap.Duration("late", s.late), zap.Duration("limit", w.cfg.LateLimit))
-			s.deferFor(ctx, w.cfg.RedisRetry, "late", fmt.Errorf("woke %s after its slot %d times, more than half of gate.margin (%s)", s.late.Round(time.Microsecond), try, w.cfg.LateLimit))
+			s.deferFor(ctx, w.cfg.RedisRetry, OutcomeLate, fmt.Errorf("woke %s after its slot %d times, more than half of gate.margin (%s)", s.late.Round(time.Microsecond), try, w.cfg.LateLimit))
 			return
 		}
 	}
@@ -466,7 +466,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		if v.Releasable() {
 			_, _ = w.gate.ReleaseFor(ctx, provider, j.Merchant, gid, j.Cost, slot) // unused: give it back (best effort)
 		}
-		s.deferFor(ctx, wait, "paused", errors.New("provider paused after a throttle"))
+		s.deferFor(ctx, wait, OutcomePaused, errors.New("provider paused after a throttle"))
 		return
 	}
 	dctx, departed := ctx, (*departure)(nil)
@@ -520,17 +520,17 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			}
 		}
 		w.countEvent(ctx, provider, gate.EventThrottled)
-		s.deferFor(ctx, thr.RetryAfter, "throttled", err) // not a failed attempt
+		s.deferFor(ctx, thr.RetryAfter, OutcomeThrottled, err) // not a failed attempt
 	case errors.Is(err, providers.ErrPermanent):
 		s.attempt++
-		s.deadLetter(ctx, ReasonPermanent, "permanent", err)
+		s.deadLetter(ctx, ReasonPermanent, OutcomePermanent, err)
 	default:
 		s.attempt++
 		if s.attempt >= w.cfg.MaxAttempts {
-			s.deadLetter(ctx, ReasonExhausted, "exhausted", err)
+			s.deadLetter(ctx, ReasonExhausted, OutcomeExhausted, err)
 			return
 		}
-		s.deferFor(ctx, Backoff(s.attempt, w.cfg.BackoffBase, w.cfg.BackoffMax), "transient", err)
+		s.deferFor(ctx, Backoff(s.attempt, w.cfg.BackoffBase, w.cfg.BackoffMax), OutcomeTransient, err)
 	}
 }
 
@@ -556,21 +556,21 @@ func (w *Worker) shadowDecide(ctx context.Context, provider, merchant, gid strin
 	v, err := w.gate.ReserveFor(ctx, provider, merchant, gid, cost, w.cfg.MaxInlineWait)
 	switch {
 	case err != nil && errors.Is(err, gate.ErrInvalid):
-		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		w.metrics.decided(provider, DecisionError)
 		return gate.Verdict{}
 	case err != nil:
-		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		w.metrics.decided(provider, DecisionError)
 		w.redisLog.warn(w.log, "gate unreachable; shadow mode sends jobs anyway", zap.String("provider", provider), zap.Error(err))
 		return gate.Verdict{}
 	case !v.Allowed:
-		w.metrics.decisions.WithLabelValues(provider, "would_deny").Inc()
+		w.metrics.decided(provider, DecisionWouldDeny)
 		return gate.Verdict{}
 	case v.Delay > 0 && !v.Duplicate:
-		w.metrics.decisions.WithLabelValues(provider, "would_delay").Inc()
+		w.metrics.decided(provider, DecisionWouldDelay)
 	case v.Duplicate:
-		w.metrics.decisions.WithLabelValues(provider, "duplicate").Inc()
+		w.metrics.decided(provider, DecisionDuplicate)
 	default:
-		w.metrics.decisions.WithLabelValues(provider, "allowed").Inc()
+		w.metrics.decided(provider, DecisionAllowed)
 	}
 	*lease = v.Lease
 	return v
@@ -584,8 +584,8 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 	provider := s.provider
 	switch {
 	case err != nil && errors.Is(err, gate.ErrInvalid):
-		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
-		s.deadLetter(ctx, ReasonInvalid, "invalid", err)
+		w.metrics.decided(provider, DecisionError)
+		s.deadLetter(ctx, ReasonInvalid, OutcomeInvalid, err)
 		return false
 	case errors.Is(err, gate.ErrUnacknowledged):
 		// Admitted, but not yet on enough replicas to survive a failover: given back, sent later.
@@ -593,24 +593,24 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 		return false
 	case err != nil:
 		// Fail closed: without the gate nothing is dispatched.
-		w.metrics.decisions.WithLabelValues(provider, "error").Inc()
+		w.metrics.decided(provider, DecisionError)
 		w.redisLog.warn(w.log, "gate unreachable: deferring jobs", zap.String("provider", provider), zap.Error(err))
-		s.deferFor(ctx, w.cfg.RedisRetry, "gate_error", err)
+		s.deferFor(ctx, w.cfg.RedisRetry, OutcomeGateError, err)
 		return false
 	case !v.Allowed:
-		w.metrics.decisions.WithLabelValues(provider, "denied").Inc()
-		s.deferFor(ctx, v.RetryAfter, "deferred", fmt.Errorf("gate: no slot within %s (policy %s)", w.cfg.MaxInlineWait, v.Limit))
+		w.metrics.decided(provider, DecisionDenied)
+		s.deferFor(ctx, v.RetryAfter, OutcomeDeferred, fmt.Errorf("gate: no slot within %s (policy %s)", w.cfg.MaxInlineWait, v.Limit))
 		return false
 	case v.Duplicate:
-		s.admission = "duplicate"
+		s.admission = DecisionDuplicate
 	case v.Moved:
-		s.admission = "redelivered"
+		s.admission = DecisionRedelivered
 	case v.Delay > 0:
-		s.admission = "reserved"
+		s.admission = DecisionReserved
 	default:
-		s.admission = "allowed"
+		s.admission = DecisionAllowed
 	}
-	w.metrics.decisions.WithLabelValues(provider, s.admission).Inc()
+	w.metrics.decided(provider, s.admission)
 	w.metrics.gateWait.WithLabelValues(provider).Observe(v.Delay.Seconds())
 	s.waited += v.Delay
 	return true
@@ -619,9 +619,9 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, v gate.Verdict, er
 // unacknowledged defers a job whose admission, or its move (Postpone), the replicas did not acknowledge
 // (redis.min_replicas_acked): the gate gave it back, and the job goes later.
 func (w *Worker) unacknowledged(ctx context.Context, s *settlement, err error) {
-	w.metrics.decisions.WithLabelValues(s.provider, "unacknowledged").Inc()
+	w.metrics.decided(s.provider, DecisionUnacknowledged)
 	w.redisLog.warn(w.log, "admissions not acknowledged by the replicas: deferring jobs", zap.String("provider", s.provider), zap.Error(err))
-	s.deferFor(ctx, w.cfg.RedisRetry, "unacknowledged", err)
+	s.deferFor(ctx, w.cfg.RedisRetry, OutcomeUnacknowledged, err)
 }
 
 // pause tells the whole cluster (through the gate) and this process to hold the provider.
@@ -828,7 +828,7 @@ type settlement struct {
 	attempt  int
 	waited   time.Duration
 	// admission is the gate's last answer: allowed, reserved, duplicate, redelivered
-	admission string
+	admission Decision
 	late      time.Duration // dispatch start after the slot
 }
 
@@ -874,16 +874,16 @@ func (s *settlement) ack(ctx context.Context, gid string) {
 	if err != nil {
 		sent(ctx)
 	}
-	s.done("succeeded", err, nil)
+	s.done(OutcomeSucceeded, err, nil)
 }
 
-func (s *settlement) deferFor(ctx context.Context, after time.Duration, outcome string, why error) {
+func (s *settlement) deferFor(ctx context.Context, after time.Duration, outcome Outcome, why error) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
 	s.done(outcome, s.d.Defer(ctx, after, s.attempt, why), why, zap.Duration("retry_after", after))
 }
 
-func (s *settlement) deadLetter(ctx context.Context, reason Reason, outcome string, why error) {
+func (s *settlement) deadLetter(ctx context.Context, reason Reason, outcome Outcome, why error) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
 	err := s.d.DeadLetter(ctx, reason, s.attempt, why)
@@ -896,19 +896,19 @@ func (s *settlement) deadLetter(ctx context.Context, reason Reason, outcome stri
 func (s *settlement) requeue(ctx context.Context) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
-	s.done("requeued", s.d.Requeue(ctx), nil)
+	s.done(OutcomeRequeued, s.d.Requeue(ctx), nil)
 }
 
-func (s *settlement) done(outcome string, settleErr, why error, extra ...zap.Field) {
-	s.w.metrics.jobs.WithLabelValues(s.provider, outcome).Inc()
+func (s *settlement) done(outcome Outcome, settleErr, why error, extra ...zap.Field) {
+	s.w.metrics.jobs.WithLabelValues(s.provider, string(outcome)).Inc()
 	if named, fair := s.w.cfg.Fair[s.provider]; fair {
-		s.w.metrics.merchantJobs.WithLabelValues(s.provider, merchantLabel(named, s.job), outcome).Inc()
+		s.w.metrics.merchantJobs.WithLabelValues(s.provider, merchantLabel(named, s.job), string(outcome)).Inc()
 	}
 	fields := append([]zap.Field{
 		zap.String("provider", s.provider),
-		zap.String("outcome", outcome),
+		zap.String("outcome", string(outcome)),
 		zap.Duration("waited", s.waited),
-		zap.String("admission", s.admission),
+		zap.String("admission", string(s.admission)),
 		zap.Duration("late", s.late),
 		zap.Int("attempt", s.attempt),
 	}, extra...)

@@ -53,7 +53,7 @@ func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid str
 					// The request left; its move stands on the primary, but the replicas may still hold it
 					// at its slot: a failover now would count it there.
 					d.at = at
-					w.metrics.decisions.WithLabelValues(provider, "unacknowledged").Inc()
+					w.metrics.decided(provider, DecisionUnacknowledged)
 					w.redisLog.warn(w.log, "a request written late was recorded where it went, but the replicas did not acknowledge it", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
 					return
 				}
@@ -63,7 +63,7 @@ func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid str
 				}
 				if !at.IsZero() {
 					d.at = at
-					w.metrics.decisions.WithLabelValues(provider, "departed").Inc()
+					w.metrics.decided(provider, DecisionDeparted)
 				}
 			}()
 		})

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paygate/paygate/providers"
 )
 
 // Metrics are the core's Prometheus series.
@@ -63,12 +65,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Touch creates a provider's series at zero, so dashboards and alerts see them before the first job.
 func (m *Metrics) Touch(provider string) {
-	m.jobs.WithLabelValues(provider, "succeeded")
+	m.jobs.WithLabelValues(provider, string(OutcomeSucceeded))
 	m.gateWait.WithLabelValues(provider)
-	m.decisions.WithLabelValues(provider, "allowed")
-	m.dispatch.WithLabelValues(provider, "succeeded")
+	m.decisions.WithLabelValues(provider, string(DecisionAllowed))
+	m.dispatch.WithLabelValues(provider, string(providers.Succeeded))
 	m.inflight.WithLabelValues(provider)
 	m.lateness.WithLabelValues(provider)
+}
+
+// decided counts a decision of the worker on a gate's answer for provider.
+func (m *Metrics) decided(provider string, d Decision) {
+	m.decisions.WithLabelValues(provider, string(d)).Inc()
 }
 
 // Tier picks the delay tier for a wait: the smallest tier >= d, else the largest (a job whose wait is

@@ -191,24 +191,17 @@ type Config struct {
 
 // Worker runs the core over a broker.
 type Worker struct {
-	cfg        Config
-	gate       Gate
-	dispatch   map[string]Dispatcher
-	log        *zap.Logger
-	metrics    *Metrics
-	now        func() time.Time
-	redisLog   *throttledLog
-	lateLog    *throttledLog
-	mu         sync.Mutex
-	pausedTill map[string]time.Time       // the pauses this process set (local clock), checked before every dispatch
-	announced  map[string]time.Time       // the end of the latest pause any worker set (Redis clock; NotePause)
-	lostAt     map[string]time.Time       // the latest loss of a provider's gate state (Redis clock; NoteLoss)
-	limitsAt   map[string]time.Time       // the latest change of a provider's live limits (Redis clock; NoteLimits)
-	relimit    map[string]chan struct{}   // closed by the next NoteLimits: wakes the jobs sleeping on slots
-	brokeAt    time.Time                  // the latest loss of the watch's connection (local clock; NoteDisconnect)
-	id         string                     // this worker, to the gate's margin
-	late       map[string]*lateness       // each provider's recent wake-ups, for ReportLateness
-	landed     map[string][]chan struct{} // the jobs waiting for a provider's in-flight lease, oldest first
+	cfg      Config
+	gate     Gate
+	dispatch map[string]Dispatcher
+	log      *zap.Logger
+	metrics  *Metrics
+	now      func() time.Time
+	redisLog *throttledLog
+	lateLog  *throttledLog
+	signals  *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
+	id       string               // this worker, to the gate's margin
+	late     map[string]*lateness // each provider's recent wake-ups, for ReportLateness
 }
 
 // New returns a worker. metrics may be nil.
@@ -233,9 +226,8 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 		metrics = NewMetrics(nil)
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
-		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second}, pausedTill: map[string]time.Time{},
-		announced: map[string]time.Time{}, lostAt: map[string]time.Time{}, limitsAt: map[string]time.Time{}, relimit: map[string]chan struct{}{}, id: workerID(), late: newLateness(cfg.Providers),
-		landed: map[string][]chan struct{}{}}, nil
+		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second},
+		signals: newSignals(), id: workerID(), late: newLateness(cfg.Providers)}, nil
 }
 
 // streamOf takes deliveries from a stream in its order; false once it has closed.
@@ -375,7 +367,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return
 		}
-		lost, relimited := w.lost(provider, v, asked)
+		lost, relimited := w.signals.void(provider, v.Now, asked)
 		decided := asked // the latest moment known before Redis decided the slot
 		if v.Asked.After(decided) {
 			decided = v.Asked
@@ -457,7 +449,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		slot = v.Slot()
 	}
 	wait := w.pausedFor(provider)
-	if held := w.announcedUntil(provider).Sub(slot); held > wait && !shadow {
+	if held := w.signals.announcedUntil(provider).Sub(slot); held > wait && !shadow {
 		// Another worker was throttled after this slot was handed out, and the slot lies inside its pause
 		// (both times on the Redis clock).
 		wait = held
@@ -624,34 +616,6 @@ func (w *Worker) unacknowledged(ctx context.Context, s *settlement, err error) {
 	s.deferFor(ctx, w.cfg.RedisRetry, OutcomeUnacknowledged, err)
 }
 
-// pause tells the whole cluster (through the gate) and this process to hold the provider.
-func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
-	until := w.now().Add(d)
-	w.mu.Lock()
-	if until.After(w.pausedTill[provider]) {
-		w.pausedTill[provider] = until
-	}
-	w.mu.Unlock()
-	if err := w.gate.Pause(ctx, provider, until); err != nil {
-		w.redisLog.warn(w.log, "gate unreachable: pause not shared", zap.String("provider", provider), zap.Error(err))
-	}
-}
-
-// NotePause is told of every pause any worker sets (gate.Limiter.Watch): until is its end on the
-// Redis clock. A pause binds the gate's later decisions by itself; NotePause makes this process hold
-// the jobs whose slots were handed out before it and fall inside it: they are deferred, their units
-// released, rather than sent into the throttle.
-func (w *Worker) NotePause(provider string, until time.Time) { w.raise(w.announced, provider, until) }
-
-// raise moves m[provider] forward to t, never back.
-func (w *Worker) raise(m map[string]time.Time, provider string, t time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if t.After(m[provider]) {
-		m[provider] = t
-	}
-}
-
 // reportLateness tells the gate, every ReportEvery, each provider's p99 lateness over this worker's
 // wake-ups on reserved slots in the last 10s (0 when it had none), until ctx ends: the margin in force
 // follows the fleet's, and this process learns it each time.
@@ -678,30 +642,6 @@ func (w *Worker) reportLateness(ctx context.Context) {
 	}
 }
 
-// LossNotice bounds how long after a loss of the gate's state a worker may still dispatch on a
-// reservation it held: the trip of the warm-up's announcement, or the watch noticing its broken
-// connection, and the handler waking to check. The warm-up must last this long past the provider's
-// window (gate.Options.Horizon) instead of a whole max_inline_wait.
-const LossNotice = 500 * time.Millisecond
-
-// NoteLoss is told when a gate decision found a provider's state lost and began the warm-up
-// (gate.Limiter.Watch): at is that decision's moment on the Redis clock. A job still holding a slot
-// decided before it gives the slot up and asks again.
-func (w *Worker) NoteLoss(provider string, at time.Time) { w.raise(w.lostAt, provider, at) }
-
-// NoteLimits is told when any process set or reset a provider's live limits (`worker limits`,
-// gate.Limiter.Watch): at is the change's moment on the Redis clock. A job still holding a slot decided
-// before it, under the old limits, gives the slot up and asks again under the new ones.
-func (w *Worker) NoteLimits(provider string, at time.Time) {
-	w.raise(w.limitsAt, provider, at)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ch := w.relimit[provider]; ch != nil {
-		close(ch) // wakes every job sleeping on a slot of this provider
-		delete(w.relimit, provider)
-	}
-}
-
 // sleepOnSlot sleeps until v's slot, or until the provider's live limits change to ones v was not decided
 // under (NoteLimits; at once if that happened already). A change v was decided after (its announcement
 // came late) does not cut the sleep short: the slot stands. False when ctx ended.
@@ -712,47 +652,17 @@ func (w *Worker) sleepOnSlot(ctx context.Context, provider string, v gate.Verdic
 	t := time.NewTimer(v.Delay)
 	defer t.Stop()
 	for {
-		w.mu.Lock()
-		if v.Now.Before(w.limitsAt[provider]) {
-			w.mu.Unlock()
+		changed, next := w.signals.nextLimits(provider, v.Now)
+		if changed {
 			return ctx.Err() == nil // void: given up and asked again
 		}
-		ch := w.relimit[provider]
-		if ch == nil {
-			ch = make(chan struct{})
-			w.relimit[provider] = ch
-		}
-		w.mu.Unlock()
 		select {
 		case <-t.C:
 			return true
-		case <-ch: // a change: void for v only if v was decided before it (checked above)
+		case <-next: // a change: void for v only if v was decided before it (asked above)
 		case <-ctx.Done():
 			return false
 		}
-	}
-}
-
-// NoteDisconnect is told when the watch lost its connection to Redis (local clock): Redis may have
-// restarted, and a loss announced meanwhile went unheard. A job holding a slot it asked for before
-// that gives the slot up and asks again.
-func (w *Worker) NoteDisconnect(at time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if at.After(w.brokeAt) {
-		w.brokeAt = at
-	}
-}
-
-// NoteLanded is told when any worker ended an in-flight lease of provider (gate.Limiter.Watch): the job
-// of this process that has waited longest for one asks again at once (one place freed: waking every
-// waiter of the fleet would only have them all ask for it).
-func (w *Worker) NoteLanded(provider string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if q := w.landed[provider]; len(q) > 0 {
-		close(q[0])
-		w.landed[provider] = q[1:]
 	}
 }
 
@@ -762,19 +672,12 @@ func (w *Worker) waitDenied(ctx context.Context, provider string, v gate.Verdict
 	if !v.InFlight {
 		return Sleep(ctx, v.RetryAfter)
 	}
-	ch := make(chan struct{})
-	w.mu.Lock()
-	w.landed[provider] = append(w.landed[provider], ch)
-	w.mu.Unlock()
-	defer func() { // no longer waiting (woken or not): out of the queue
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.landed[provider] = slices.DeleteFunc(w.landed[provider], func(c chan struct{}) bool { return c == ch })
-	}()
+	landed, leave := w.signals.awaitLanding(provider)
+	defer leave()
 	t := time.NewTimer(v.RetryAfter)
 	defer t.Stop()
 	select {
-	case <-ch:
+	case <-landed:
 	case <-t.C:
 	case <-ctx.Done():
 		return false
@@ -797,26 +700,6 @@ func (w *Worker) land(ctx context.Context, provider string, lease *string) {
 		w.redisLog.warn(w.log, "could not end an in-flight lease: it lapses by itself", zap.String("provider", provider), zap.Error(err))
 	}
 	*lease = ""
-}
-
-// lost reports whether the slot of v, asked for at asked, may belong to a gate state that was lost since,
-// and relimited whether it was decided under live limits that changed since.
-func (w *Worker) lost(provider string, v gate.Verdict, asked time.Time) (lost, relimited bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return v.Now.Before(w.lostAt[provider]) || asked.Before(w.brokeAt), v.Now.Before(w.limitsAt[provider])
-}
-
-func (w *Worker) announcedUntil(provider string) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.announced[provider]
-}
-
-func (w *Worker) pausedFor(provider string) time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.pausedTill[provider].Sub(w.now())
 }
 
 // settlement settles one delivery and logs the one line per settled job.

@@ -29,12 +29,13 @@ type departure struct {
 	at   time.Time // the admission's new slot; zero: not moved
 }
 
-// watchDeparture returns ctx with the watch of the request for the admission of gid at slot, due (local
-// clock) as the answer put it.
-func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid string, slot, due time.Time) (context.Context, *departure) {
+// watchDeparture returns ctx with the watch of the request for the admission a, at its slot, due on the
+// worker's clock as the answer put it (admission.answeredDue).
+func (w *Worker) watchDeparture(ctx context.Context, a *admission) (context.Context, *departure) {
 	d := &departure{}
+	provider, merchant, gid, slot, due := a.provider, a.merchant, a.gateID, a.slot, a.answeredDue
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
-		late := time.Since(due)
+		late := w.now().Sub(due)
 		if info.Err != nil || late <= DepartLimit(w.cfg.LateLimit) {
 			return // a write that failed never reached the provider (the transport may write again)
 		}
@@ -54,11 +55,11 @@ func (w *Worker) watchDeparture(ctx context.Context, provider, merchant, gid str
 					// at its slot: a failover now would count it there.
 					d.at = at
 					w.metrics.decided(provider, DecisionUnacknowledged)
-					w.redisLog.warn(w.log, "a request written late was recorded where it went, but the replicas did not acknowledge it", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
+					w.redisLog.warn(w.log, w.now(), "a request written late was recorded where it went, but the replicas did not acknowledge it", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
 					return
 				}
 				if err != nil {
-					w.redisLog.warn(w.log, "a request written late could not be recorded where it went", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
+					w.redisLog.warn(w.log, w.now(), "a request written late could not be recorded where it went", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
 					return
 				}
 				if !at.IsZero() {

@@ -1,11 +1,8 @@
 package gate
 
 import (
-	"context"
 	"crypto/sha1"
 	"fmt"
-	"hash/fnv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,15 +98,6 @@ type Merchant struct {
 // GCRA, LeakyBucket) keep one level for all of a provider's policies, and do not.
 var MerchantAlgorithms = []Algorithm{SlidingLog, SlidingWindow, FixedWindow}
 
-// merchantKeys are the keys of a merchant's own state under algo: the tag is the provider's.
-func merchantKeys(tag, merchant string, algo Algorithm, policies []Policy, margin time.Duration, buckets int) []string {
-	mt := tag + "m:" + merchant + ":"
-	if algo == SlidingLog {
-		return []string{mt + "log"}
-	}
-	return keysFor(mt, algo, policies, margin, buckets, 0)[3:]
-}
-
 // MaxSlidingLogLimit is the largest limit SlidingLog takes: it keeps one sorted-set member per unit of cost
 // in its longest window (about 100 bytes each: 10 MB per provider at this limit), and writing a job of
 // cost n is O(n) inside Redis, where nothing else runs meanwhile. The counting algorithms (SlidingWindow,
@@ -154,9 +142,9 @@ func newFamily(a Algorithm, part string) *family {
 // function is the name of f's function for op (ARGV[1]).
 func (f *family) function(op any) string {
 	switch op {
-	case "release", "depart": // give back, or move what was sent: no new request (allow-oom)
+	case opRelease, opDepart: // give back, or move what was sent: no new request (allow-oom)
 		return f.fnRelease
-	case "status", "merchants":
+	case opStatus, opMerchants:
 		return f.fnRO
 	}
 	return f.fn
@@ -169,129 +157,4 @@ var families = map[Algorithm]*family{
 	GCRA:          newFamily(GCRA, lua.GCRA),
 	FixedWindow:   newFamily(FixedWindow, lua.FixedWindow),
 	LeakyBucket:   newFamily(LeakyBucket, lua.LeakyBucket),
-}
-
-// functions is what runs the family as a Redis Function; every go-redis client has it.
-type functions interface {
-	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
-	FunctionLoad(ctx context.Context, code string) *redis.StringCmd
-}
-
-// evalFor is how long a Limiter that met a server without functions (or an ACL user that may not use them)
-// runs the family with EVALSHA before it tries FCALL again: a server upgraded in place, or an ACL mended,
-// gets the faster path back.
-const evalFor = 5 * time.Minute
-
-// runFamily runs f with keys and args (args[0] is the op): FCALL, loading the library first where the server
-// lacks it (a new server, or one restarted empty), or EVALSHA where the server has no functions or the user
-// may not call or load them. The script's own error replies are returned as they are.
-func (l *Limiter) runFamily(ctx context.Context, f *family, keys []string, args []any) *redis.Cmd {
-	return l.runFamilyOn(ctx, l.rdb, l.fn, f, keys, args)
-}
-
-// runFamilyOn is runFamily through rdb and fn (nil: no functions): the client's, or one connection's.
-func (l *Limiter) runFamilyOn(ctx context.Context, rdb redis.Scripter, fn functions, f *family, keys []string, args []any) *redis.Cmd {
-	if fn != nil && time.Now().UnixNano() >= l.evalUntil.Load() {
-		name := f.function(args[0])
-		cmd := fn.FCall(ctx, name, keys, args...)
-		if !noFunction(cmd.Err()) {
-			return cmd
-		}
-		if !noFunctions(cmd.Err()) {
-			lerr := l.loadFamily(ctx, f)
-			if lerr == nil {
-				if cmd = fn.FCall(ctx, name, keys, args...); !noFunction(cmd.Err()) {
-					return cmd
-				}
-				// loaded elsewhere than where the call went (a proxy, say): this call by EVALSHA
-			} else if noFunctions(lerr) {
-				l.evalUntil.Store(time.Now().Add(evalFor).UnixNano())
-			}
-			// otherwise (Redis unreachable, say) this call alone goes by EVALSHA, and meets the same fate
-		} else {
-			l.evalUntil.Store(time.Now().Add(evalFor).UnixNano())
-		}
-	}
-	return f.eval.Run(ctx, rdb, keys, args...)
-}
-
-// noFunction tells a missing function (or no functions at all: noFunctions) from every other error.
-func noFunction(err error) bool {
-	return err != nil && (strings.HasPrefix(err.Error(), "ERR Function not found") || noFunctions(err))
-}
-
-// noFunctions tells a server without functions, or an ACL user that may not use them (FCALL or FUNCTION
-// LOAD), from every other error.
-func noFunctions(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "unknown command") || strings.HasPrefix(s, "NOPERM")
-}
-
-// loadFamily loads f's library on the server, or on every primary of a Redis Cluster (every shard of a
-// Ring): FCALL goes where its keys are. A library already there (another worker loaded it) is no error.
-func (l *Limiter) loadFamily(ctx context.Context, f *family) error {
-	load := func(ctx context.Context, c functions) error {
-		if err := c.FunctionLoad(ctx, f.lib).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
-			return err
-		}
-		return nil
-	}
-	each := func(ctx context.Context, c *redis.Client) error { return load(ctx, c) }
-	switch c := l.rdb.(type) {
-	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, each)
-	case *redis.Ring:
-		return c.ForEachShard(ctx, each)
-	}
-	return load(ctx, l.fn)
-}
-
-// keysFor names a provider's keys: the id record (sliding_log's log), pause and marks first, then the
-// algorithm's own state. tag is "<prefix>:{<provider>}:".
-func keysFor(tag string, algo Algorithm, policies []Policy, margin time.Duration, buckets int, version int64) []string {
-	if algo == SlidingLog {
-		return []string{tag + "log", tag + "pause", tag + "marks"}
-	}
-	keys := []string{tag + "ids", tag + "pause", tag + "marks"}
-	switch algo {
-	case SlidingWindow:
-		// Named by the bucket width: a change of window, margin or bucket count starts a new hash rather
-		// than reading the old one's buckets with another width.
-		for _, p := range policies {
-			keys = append(keys, fmt.Sprintf("%ssw:%d", tag, bucketWidth(p.Window, margin, buckets)))
-		}
-	case FixedWindow:
-		for _, p := range policies {
-			keys = append(keys, fmt.Sprintf("%sfw:%d", tag, micros(p.Window)))
-		}
-	// The buckets keep no history, only a level: read under other limits, the level of the old ones would
-	// forget what was sent (a bucket of 10 with 3 taken, cut to 4, would hand out 4 more). Named by their
-	// limits and the live limits' version too, a change of limits (configured, or live: set or reset, even
-	// back to limits used before, whose old state knows nothing of what went since) starts them afresh
-	// and warms up.
-	case TokenBucket:
-		keys = append(keys, tag+"tb:"+limitsName(policies, version))
-	case GCRA:
-		keys = append(keys, tag+"gcra:"+limitsName(policies, version))
-	case LeakyBucket:
-		keys = append(keys, tag+"leaky:"+limitsName(policies, version))
-	}
-	return keys
-}
-
-// limitsName names a set of policies at a version of the live limits in a key: a hash of the version and
-// each limit and window (µs), in order.
-func limitsName(policies []Policy, version int64) string {
-	h := fnv.New32a()
-	fmt.Fprintf(h, "v%d|", version)
-	for _, p := range policies {
-		fmt.Fprintf(h, "%d/%d|", p.Limit, micros(p.Window))
-	}
-	return fmt.Sprintf("%08x", h.Sum32())
-}
-
-// bucketWidth is SlidingWindow's sub-window in µs: buckets of them cover the window plus margin.
-func bucketWidth(window, margin time.Duration, buckets int) int64 {
-	w := micros(window) + micros(margin)
-	return (w + int64(buckets) - 1) / int64(buckets)
 }

@@ -10,9 +10,9 @@ import (
 
 // batcher gathers one provider's reserves (under one set of limits) while a call for that provider is on
 // its way, and sends them together as the next call (family.lua's op 'batch'): under load a call decides
-// many jobs, and a job that finds nothing on its way goes at once, alone, as it always did, or after the
-// linger, with those that came meanwhile. Each job gets the verdict its own call would have had, in the
-// order the jobs arrived.
+// many jobs, and a job that finds nothing on its way goes at once, alone, or after the linger, with those
+// that came meanwhile. Each job gets the verdict its own call would have had, in the order the jobs
+// arrived.
 type batcher struct {
 	max     int
 	linger  time.Duration                        // Options.BatchLinger
@@ -23,24 +23,22 @@ type batcher struct {
 	queue   []*pending
 }
 
-// pending is one job waiting in a batcher.
+// pending is one job waiting in a batcher: its reserve (under the margin in force it was asked under: a
+// call's jobs share one), and once decided its verdict.
 type pending struct {
-	id         string
-	cost, wait int64
-	forced     int
-	m          int64 // the margin in force it was asked under (µs): a call's jobs share one
-	at         time.Time
-	v          Verdict
-	err        error
-	done       chan struct{}
+	call
+	at   time.Time // when it was queued
+	v    Verdict
+	err  error
+	done chan struct{} // closed once v and err are set
 }
 
-// batched decides pd with the provider's other reserves waiting meanwhile.
-func (l *Limiter) batched(ctx context.Context, p provider, providerName string, pd *pending) (Verdict, error) {
-	pd.done, pd.at = make(chan struct{}), time.Now()
+// batched decides job, a reserve, with the provider's other reserves waiting meanwhile.
+func (l *Limiter) batched(ctx context.Context, p provider, providerName string, job *pending) (Verdict, error) {
+	job.done, job.at = make(chan struct{}), time.Now()
 	b := p.batch
 	b.mu.Lock()
-	b.queue = append(b.queue, pd)
+	b.queue = append(b.queue, job)
 	lead := !b.running
 	b.running = true
 	if b.linger > 0 && len(b.queue) >= b.max {
@@ -56,17 +54,17 @@ func (l *Limiter) batched(ctx context.Context, p provider, providerName string, 
 		go l.drain(context.WithoutCancel(ctx), p, providerName)
 	}
 	select {
-	case <-pd.done:
-		return pd.v, pd.err
+	case <-job.done:
+		return job.v, job.err
 	case <-ctx.Done():
 		// Still queued, it is never sent; already on its way, it is decided like a single call whose
 		// caller gave up (an admission nobody uses, which its window returns).
 		b.mu.Lock()
-		if i := slices.Index(b.queue, pd); i >= 0 {
+		if i := slices.Index(b.queue, job); i >= 0 {
 			b.queue = slices.Delete(b.queue, i, i+1)
 		}
 		b.mu.Unlock()
-		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, pd.id, ctx.Err())
+		return Verdict{}, fmt.Errorf("gate: reserve %s/%s: %w", providerName, job.jobID, ctx.Err())
 	}
 }
 
@@ -93,35 +91,36 @@ func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 			continue // the queue again: some may have given up meanwhile
 		}
 		lingered = false
-		m, n := b.queue[0].m, 0
-		for n < len(b.queue) && n < b.max && b.queue[n].m == m {
+		margin, n := b.queue[0].margin, 0
+		for n < len(b.queue) && n < b.max && b.queue[n].margin == margin {
 			n++
 		}
 		take := slices.Clone(b.queue[:n])
 		b.queue = slices.Delete(b.queue, 0, n)
 		b.mu.Unlock()
 
-		l.decideAll(ctx, p, providerName, m, take)
+		l.decideAll(ctx, p, providerName, margin, take)
 	}
 }
 
 // decideAll decides jobs in as few calls as it can, in order: a call holds a job id at most once (family.lua
 // decides a batch's jobs against the state as the call read it), so a redelivery of a job queued beside
 // it goes in the next call, and sees the first as a duplicate, as it would alone.
-func (l *Limiter) decideAll(ctx context.Context, p provider, providerName string, m int64, jobs []*pending) {
+func (l *Limiter) decideAll(ctx context.Context, p provider, providerName string, margin int64, jobs []*pending) {
 	for len(jobs) > 0 {
 		n, ids := 0, make(map[string]bool, len(jobs))
-		for n < len(jobs) && !ids[jobs[n].id] {
-			ids[jobs[n].id] = true
+		for n < len(jobs) && !ids[jobs[n].jobID] {
+			ids[jobs[n].jobID] = true
 			n++
 		}
-		l.decideCall(ctx, p, providerName, m, jobs[:n])
+		l.decideCall(ctx, p, providerName, margin, jobs[:n])
 		jobs = jobs[n:]
 	}
 }
 
-// decideCall decides jobs (distinct ids) in one call: a single reserve for one job, the batch op for several.
-func (l *Limiter) decideCall(ctx context.Context, p provider, providerName string, m int64, jobs []*pending) {
+// decideCall decides jobs (distinct ids, under margin) in one call: a single reserve for one job, the batch
+// op for several.
+func (l *Limiter) decideCall(ctx context.Context, p provider, providerName string, margin int64, jobs []*pending) {
 	defer func() {
 		for _, j := range jobs {
 			close(j.done)
@@ -130,25 +129,19 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 	asked := time.Now() // before the call leaves: the jobs' Verdict.Asked, after their wait in the queue
 	verdict := func(j *pending, reply []int64, err error) {
 		if err != nil {
-			j.err = fmt.Errorf("gate: reserve %s/%s: %w", providerName, j.id, err)
+			j.err = fmt.Errorf("gate: reserve %s/%s: %w", providerName, j.jobID, err)
 			return
 		}
-		j.v, j.err = verdictOf(p, nil, providerName, j.id, m, reply)
+		j.v, j.err = verdictOf(p, providerName, j.call, reply)
 		j.v.Asked = asked
 	}
 	if len(jobs) == 1 {
 		j := jobs[0]
-		reply, err := l.runAt(ctx, p, m, nil, "reserve", j.id, j.cost, j.wait, l.stale, j.forced).Int64Slice()
+		reply, err := l.run(ctx, p, j.call).Int64Slice()
 		verdict(j, reply, err)
 		return
 	}
-	args := make([]any, 0, 4+5*len(jobs))
-	args = append(args, "batch", len(jobs))
-	for _, j := range jobs {
-		args = append(args, j.id, j.cost, j.wait, j.forced, "")
-	}
-	args = append(args, l.stale, p.settingsAt(m, nil))
-	replies, err := l.runFamily(ctx, p.script, p.keysFor(nil), args).Slice()
+	replies, err := l.run(ctx, p, call{op: opBatch, jobs: jobs, arg5: l.stale, margin: margin}).Slice()
 	var each [][]int64
 	var errs []error
 	if err == nil {

@@ -9,7 +9,7 @@ import (
 // which run altered copies of the script (TestFailedDecisionWritesNothing).
 func ScriptOf(l *Limiter, name string) (src string, keys []string, args []any) {
 	p := *l.providers[name].cur.Load()
-	return families[p.algo].src, p.keys, p.appendArgv(nil, p.inForce.Load(), nil)
+	return families[p.algo].src, p.keys.all, p.appendArgv(nil, p.inForce.Load(), nil)
 }
 
 // ShapeOf is the shape of a provider's state (stateShape) that its epoch records.
@@ -34,9 +34,10 @@ func DecideBatch(ctx context.Context, l *Limiter, providerName string, ids []str
 	}
 	jobs := make([]*pending, len(ids))
 	for i := range ids {
-		jobs[i] = &pending{id: ids[i], cost: costs[i], wait: microsFloor(maxWait), m: p.inForce.Load(), done: make(chan struct{})}
+		c := call{op: opReserve, jobID: ids[i], cost: costs[i], arg4: microsFloor(maxWait), arg5: l.stale, margin: p.inForce.Load()}
+		jobs[i] = &pending{call: c, done: make(chan struct{})}
 	}
-	l.decideAll(ctx, p, providerName, jobs[0].m, jobs)
+	l.decideAll(ctx, p, providerName, jobs[0].margin, jobs)
 	vs, errs := make([]Verdict, len(jobs)), make([]error, len(jobs))
 	for i, j := range jobs {
 		vs[i], errs[i] = j.v, j.err

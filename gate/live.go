@@ -10,7 +10,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/lua"
 )
+
+var limitsScript = redis.NewScript(lua.Limits)
 
 // Where a provider's limits in force come from (Status.LimitsSource, LiveLimits.Source).
 const (
@@ -133,7 +137,7 @@ func (l *Limiter) Learn(ctx context.Context, providerName string, up bool, lo, h
 		dir = "up"
 	}
 	p := lp.cur.Load()
-	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), "learn", dir, l.pauses, providerName, SourceLearned,
+	reply, err := limitsScript.Run(ctx, l.rdb, p.keys.live(), "learn", dir, l.channel, providerName, SourceLearned,
 		lo.Limit, hi.Limit, FormatDuration(lo.Window), micros(lo.Window)).Slice()
 	if err != nil {
 		return false, fmt.Errorf("gate: learn the limits of %s: %w", providerName, err)
@@ -158,7 +162,7 @@ func (l *Limiter) Limits(ctx context.Context, providerName string) (LiveLimits, 
 
 func (l *Limiter) changeLimits(ctx context.Context, providerName string, lp *live, op, spec, source string) (LiveLimits, error) {
 	p := lp.cur.Load()
-	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), op, spec, l.pauses, providerName, source).Slice()
+	reply, err := limitsScript.Run(ctx, l.rdb, p.keys.live(), op, spec, l.channel, providerName, source).Slice()
 	if err != nil {
 		return LiveLimits{}, fmt.Errorf("gate: %s limits of %s: %w", op, providerName, err)
 	}
@@ -234,7 +238,7 @@ func (l *Limiter) refresh(ctx context.Context, providerName string, version int6
 	if version >= 0 && p.version == version {
 		return nil // another call read them meanwhile
 	}
-	reply, err := limitsScript.Run(ctx, l.rdb, p.liveKeys(), "show", "", l.pauses, providerName, "").Slice()
+	reply, err := limitsScript.Run(ctx, l.rdb, p.keys.live(), "show", "", l.channel, providerName, "").Slice()
 	if err != nil {
 		return fmt.Errorf("gate: read the live limits of %s: %w", providerName, err)
 	}
@@ -309,7 +313,7 @@ func (l *Limiter) build(providerName string, lp *live, version int64, policies [
 		// (a count past the cap is past every limit, even less a move's units).
 		if configured := micros(longestWindow(lp.spec.Policies)) + p.ceiling; configured > p.dedup {
 			p.dedup = configured
-			p.s3 = 2 * max(largestLimit(lp.spec.Policies), largestLimit(policies))
+			p.logCap = 2 * max(largestLimit(lp.spec.Policies), largestLimit(policies))
 		}
 	}
 	base := lp.cur.Load()
@@ -377,11 +381,6 @@ func lowerTo(configured, announced []Policy) (out []Policy, lowered bool) {
 		}
 	}
 	return out, lowered
-}
-
-// liveKeys are limits.lua's KEYS: the live limits and the pace (see newProvider for the order).
-func (p provider) liveKeys() []string {
-	return []string{p.keys[len(p.keys)-4], p.keys[len(p.keys)-2]}
 }
 
 // aboveLive is the denial of a job whose cost the configured limits allow and the live ones do not.

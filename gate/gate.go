@@ -61,12 +61,12 @@ func invalidf(format string, args ...any) error {
 // built, and its Redis keys by name); settings.go (family.lua's settings string); reserve.go (Reserve and
 // its kin: one decision), batch.go (reserves decided together), call.go (the one way to family.lua) and
 // verdict.go (its reply read); release.go (Release, Departed, Postpone, Sent, Land); pause.go, margin.go;
-// live.go (live limits); watch.go (the announcements); status.go (reading a budget).
+// live.go (live limits); watch.go and announce.go (the announcements); status.go (reading a budget).
 type Limiter struct {
 	rdb       redis.Scripter
 	fn        functions    // rdb, when it can FCALL
 	evalUntil atomic.Int64 // unix ns: EVALSHA until then (a server without functions; see invoke)
-	channel   string       // the channel pauses, warm-ups, live limits and landings are announced on: <prefix>:pauses
+	channel   string       // the channel every Announcement goes on: <prefix>:pauses
 	stale     int64        // µs: Options.StaleAfter
 	providers map[string]*live
 	// opts and dedup build a provider anew under live limits

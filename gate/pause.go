@@ -13,7 +13,7 @@ import (
 var pauseScript = redis.NewScript(lua.Pause)
 
 // Pause makes every worker's next decisions for the provider wait until `until` (say, after a 429 with
-// Retry-After), and announces the pause to the holders of earlier reservations. Only the
+// Retry-After), and announces the pause (AnnouncePause) to the holders of earlier reservations. Only the
 // length of the pause crosses to Redis: it is counted from the Redis clock, so the caller's clock never
 // enters a decision. A shorter pause never cuts a longer one short.
 func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Time) error {

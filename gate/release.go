@@ -171,7 +171,7 @@ func (l *Limiter) Sent(ctx context.Context, providerName, jobID string) error {
 
 // Land ends an in-flight lease (Verdict.Lease): the provider answered the request, whatever the answer,
 // or the job gave its admission up. (A request that got no answer, a timeout, may still be in flight
-// there: leave its lease to lapse.) When the cap was full, the end is announced, so that a
+// there: leave its lease to lapse.) When the cap was full, the end is announced (AnnounceLanded), so that a
 // job waiting for a lease (Verdict.InFlight) goes at once. A lease that had lapsed, or was ended before,
 // is no error. An empty lease is nothing to end.
 func (l *Limiter) Land(ctx context.Context, providerName, lease string) error {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,106 +30,124 @@ type Watcher interface {
 	NoteDisconnect(at time.Time)
 }
 
-// watchPing is how long Watch waits in silence before it pings the connection; two silences in a row
-// without an answer count as a lost connection: well within consumers.LossNotice.
-const watchPing = 200 * time.Millisecond
-
-// Watch tells w of every pause any worker sets (Pause) and every warm-up a decision begins, as they
-// happen, and of every loss of its own connection to Redis, until ctx ends. It reconnects by itself (a
-// pause or warm-up announced while it is away binds only later decisions, hence NoteDisconnect). With
-// Options.WarmUp, a holder of reservations that drops them on NoteLoss and NoteDisconnect lets the
-// warm-up leave out its max wait (Options.Horizon).
-func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
-	ps := sub.Subscribe(ctx, l.channel)
-	defer func() { _ = ps.Close() }()
-	silent := 0
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, watchPing)
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case isTimeout(err) && silent == 0:
-			silent++
-			if ps.Ping(ctx) == nil { // its answer, or another error, comes through ReceiveTimeout
-				continue
-			}
-			w.NoteDisconnect(time.Now()) // the write failed: go-redis reconnects on the next receive
-			silent = 0
-			continue
-		case err != nil:
-			// Broken (the next ReceiveTimeout reconnects and subscribes again), or silent past a ping: a
-			// hung connection, given up on.
-			w.NoteDisconnect(time.Now())
-			if isTimeout(err) {
-				_ = ps.Close()
-				ps = sub.Subscribe(ctx, l.channel)
-			}
-			silent = 0
-			select { // a moment before reconnecting
-			case <-time.After(50 * time.Millisecond):
-			case <-ctx.Done():
-				return nil
-			}
-			continue
-		}
-		silent = 0
-		if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" {
-			// Subscribed, the first time or again after go-redis replaced the connection (which it may do
-			// without an error surfacing): whatever was announced before went unheard.
-			w.NoteDisconnect(time.Now())
-			continue
-		}
-		m, ok := msg.(*redis.Message)
-		if !ok {
-			continue // a pong
-		}
-		fields := strings.Fields(m.Payload)
-		if len(fields) < 2 {
-			continue
-		}
-		if len(fields) == 3 && fields[1] == "limits" { // "<provider> limits <at_us>": live limits set or reset (limits.lua)
-			at, err := strconv.ParseInt(fields[2], 10, 64)
-			if lp, known := l.providers[fields[0]]; known && err == nil {
-				lp.stale.Store(true) // read before the next decision, rather than be refused by it
-				if lw, ok := w.(LimitsWatcher); ok {
-					lw.NoteLimits(fields[0], time.UnixMicro(at))
-				}
-			}
-			continue
-		}
-		if len(fields) == 2 && fields[1] == "landed" { // "<provider> landed": an in-flight lease ended (land.lua)
-			if lw, ok := w.(LandWatcher); ok {
-				if _, known := l.providers[fields[0]]; known {
-					lw.NoteLanded(fields[0])
-				}
-			}
-			continue
-		}
-		var at []int64
-		for _, f := range fields[1:] {
-			n, err := strconv.ParseInt(f, 10, 64)
-			if err != nil || n <= 0 {
-				break
-			}
-			at = append(at, n)
-		}
-		if _, known := l.providers[fields[0]]; !known || len(at) != len(fields)-1 {
-			continue // another deployment's provider on a shared prefix, or not ours
-		}
-		switch len(at) {
-		case 1: // "<provider> <until_us>": a pause (pause.lua)
-			w.NotePause(fields[0], time.UnixMicro(at[0]))
-		case 2: // "<provider> <until_us> <lost_us>": a warm-up (family.lua); its pause binds later decisions
-			w.NoteLoss(fields[0], time.UnixMicro(at[1]))
-		}
-	}
-}
-
 // LandWatcher is a Watcher that also hears of every in-flight lease that ends (Land), to wake the jobs
 // it holds back for one (Verdict.InFlight).
 type LandWatcher interface {
 	Watcher
 	NoteLanded(provider string)
+}
+
+// watchPing is how long Watch waits in silence before it pings the connection; two silences in a row
+// without an answer count as a lost connection: well within consumers.LossNotice.
+const watchPing = 200 * time.Millisecond
+
+// watchRedial is how long Watch waits after losing its connection before it reconnects.
+const watchRedial = 50 * time.Millisecond
+
+// Watch tells w of every announcement (see Announcement) as it happens: every pause any worker sets
+// (Pause), every warm-up a decision begins, every change of live limits (to a LimitsWatcher) and every
+// in-flight lease that ends with the cap full (to a LandWatcher); and of every loss of its own connection
+// to Redis, until ctx ends. It reconnects by itself (a pause or warm-up announced while it is away binds
+// only later decisions, hence NoteDisconnect). With Options.WarmUp, a holder of reservations that drops
+// them on NoteLoss and NoteDisconnect lets the warm-up leave out its max wait (Options.Horizon).
+func (l *Limiter) Watch(ctx context.Context, sub Subscriber, w Watcher) error {
+	c := &watchConn{sub: sub, channel: l.channel, w: w}
+	c.ps = sub.Subscribe(ctx, c.channel)
+	defer func() { _ = c.ps.Close() }()
+	for {
+		msg, err := c.ps.ReceiveTimeout(ctx, watchPing)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			if !c.failed(ctx, err) {
+				return nil
+			}
+		default:
+			c.silent = false
+			l.heard(msg, w)
+		}
+	}
+}
+
+// watchConn is Watch's subscription, and what it knows of the connection's health.
+type watchConn struct {
+	sub     Subscriber
+	channel string
+	w       Watcher
+	ps      *redis.PubSub
+	silent  bool // the last receive timed out, and a ping went out
+}
+
+// failed handles a receive that failed: a first silence is answered with a ping (its answer, or another
+// error, comes through the next receive); a second one, a failed ping, or a broken connection is a lost
+// connection, told to the watcher, and reconnected after a moment. It reports false when ctx ended
+// meanwhile.
+func (c *watchConn) failed(ctx context.Context, err error) bool {
+	if isTimeout(err) && !c.silent {
+		c.silent = true
+		if c.ps.Ping(ctx) == nil {
+			return true
+		}
+		c.w.NoteDisconnect(time.Now()) // the write failed: go-redis reconnects on the next receive
+		c.silent = false
+		return true
+	}
+	// Broken (the next receive reconnects and subscribes again), or silent past a ping: a hung
+	// connection, given up on.
+	c.w.NoteDisconnect(time.Now())
+	if isTimeout(err) {
+		_ = c.ps.Close()
+		c.ps = c.sub.Subscribe(ctx, c.channel)
+	}
+	c.silent = false
+	select {
+	case <-time.After(watchRedial):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// heard tells w what one message of the subscription says.
+func (l *Limiter) heard(msg any, w Watcher) {
+	switch msg := msg.(type) {
+	case *redis.Subscription:
+		if msg.Kind == "subscribe" {
+			// Subscribed, the first time or again after go-redis replaced the connection (which it may do
+			// without an error surfacing): whatever was announced before went unheard.
+			w.NoteDisconnect(time.Now())
+		}
+	case *redis.Message:
+		if a, err := ParseAnnouncement(msg.Payload); err == nil {
+			l.tell(a, w)
+		}
+	}
+	// anything else is a pong
+}
+
+// tell passes an announcement about one of this gate's providers on to w. Another deployment's provider
+// on a shared prefix is none of its business.
+func (l *Limiter) tell(a Announcement, w Watcher) {
+	lp, known := l.providers[a.Provider]
+	if !known {
+		return
+	}
+	switch a.Kind {
+	case AnnouncePause:
+		w.NotePause(a.Provider, a.Until)
+	case AnnounceLoss: // its pause binds later decisions; a holder of earlier ones drops them
+		w.NoteLoss(a.Provider, a.Lost)
+	case AnnounceLimits:
+		lp.stale.Store(true) // read before the next decision, rather than be refused by it
+		if lw, ok := w.(LimitsWatcher); ok {
+			lw.NoteLimits(a.Provider, a.At)
+		}
+	case AnnounceLanded:
+		if lw, ok := w.(LandWatcher); ok {
+			lw.NoteLanded(a.Provider)
+		}
+	}
 }
 
 func isTimeout(err error) bool {

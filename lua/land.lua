@@ -12,6 +12,7 @@
 --
 -- Returns 1 when the lease stood (and is now ended, and announced as "<provider> landed" if the cap was
 -- full), else 0 (it had lapsed, or was ended before).
+-- "<provider> landed" is a gate.Announcement of kind AnnounceLanded (gate/announce.go writes and reads it).
 
 local before = redis.call('ZCARD', KEYS[1])
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end

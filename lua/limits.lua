@@ -32,6 +32,7 @@
 -- changed (1, or 0 when nothing changed)}, as in force after the call. A set of the limits and source in
 -- force, or a change the source may not make, changes nothing. A change is announced on ARGV[3] as "<provider> limits <at_us>":
 -- a worker holding a slot decided before at_us, under the old limits, gives it up and asks again.
+-- The message is a gate.Announcement of kind AnnounceLimits (gate/announce.go writes and reads it).
 
 local op, source = ARGV[1], ARGV[5]
 local got = redis.call('HMGET', KEYS[1], 'version', 'limits', 'at', 'source')

@@ -9,6 +9,7 @@
 -- Returns until_us: the pause now in force (a shorter pause never cuts a longer one short).
 -- The key expires one second after the pause ends. The pause in force is published on ARGV[2] as
 -- "<provider> <until_us>", so that workers holding reservations made before it hold them too.
+-- That message is a gate.Announcement of kind AnnouncePause (gate/announce.go writes and reads it).
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

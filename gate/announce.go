@@ -1,0 +1,128 @@
+package gate
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Announcement is one message on a gate's announcement channel (<prefix>:pauses), which Watch hears. Four
+// scripts publish them, each one shape; times are µs since the Unix epoch on the Redis clock, > 0:
+//
+//	AnnouncePause   "<provider> <until_us>"            pause.lua: a pause until Until
+//	AnnounceLoss    "<provider> <until_us> <lost_us>"  family.lua: the state was found lost at Lost and the
+//	                                                   warm-up pauses the provider until Until
+//	AnnounceLimits  "<provider> limits <at_us>"        limits.lua: the live limits changed at At
+//	AnnounceLanded  "<provider> landed"                land.lua: an in-flight lease ended with the cap full
+//
+// The provider's name is never "limits" or "landed" nor has spaces (job.ValidProvider), so the shapes
+// cannot be mistaken for one another.
+type Announcement struct {
+	Kind     AnnouncementKind
+	Provider string
+	// Until is the end of the pause (AnnouncePause, AnnounceLoss); Lost when the loss was found
+	// (AnnounceLoss); At when the live limits changed (AnnounceLimits). The others are zero.
+	Until, Lost, At time.Time
+}
+
+// AnnouncementKind tells the announcements apart.
+type AnnouncementKind int
+
+// The kinds of Announcement, one per script that publishes.
+const (
+	AnnouncePause AnnouncementKind = iota + 1
+	AnnounceLoss
+	AnnounceLimits
+	AnnounceLanded
+)
+
+// The words that name a shape in place of its first time.
+const (
+	wordLimits = "limits"
+	wordLanded = "landed"
+)
+
+func (k AnnouncementKind) String() string {
+	switch k {
+	case AnnouncePause:
+		return "pause"
+	case AnnounceLoss:
+		return "loss"
+	case AnnounceLimits:
+		return wordLimits
+	case AnnounceLanded:
+		return wordLanded
+	}
+	return "AnnouncementKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// String writes the announcement as its script publishes it.
+func (a Announcement) String() string {
+	us := func(t time.Time) string { return strconv.FormatInt(t.UnixMicro(), 10) }
+	switch a.Kind {
+	case AnnouncePause:
+		return a.Provider + " " + us(a.Until)
+	case AnnounceLoss:
+		return a.Provider + " " + us(a.Until) + " " + us(a.Lost)
+	case AnnounceLimits:
+		return a.Provider + " " + wordLimits + " " + us(a.At)
+	case AnnounceLanded:
+		return a.Provider + " " + wordLanded
+	}
+	return a.Provider + " " + a.Kind.String()
+}
+
+// ParseAnnouncement reads a message of the announcement channel (fields separated by white space); a
+// message of none of the four shapes is an error.
+func ParseAnnouncement(msg string) (Announcement, error) {
+	fields := strings.Fields(msg)
+	bad := func(why string) (Announcement, error) {
+		return Announcement{}, fmt.Errorf("gate: announcement %q: %s", msg, why)
+	}
+	if len(fields) < 2 {
+		return bad("want a provider and at least one more field")
+	}
+	a := Announcement{Provider: fields[0]}
+	switch {
+	case fields[1] == wordLanded:
+		if len(fields) != 2 {
+			return bad(`"<provider> landed" has no more fields`)
+		}
+		a.Kind = AnnounceLanded
+		return a, nil
+	case fields[1] == wordLimits:
+		if len(fields) != 3 {
+			return bad(`want "<provider> limits <at_us>"`)
+		}
+		a.Kind = AnnounceLimits
+		var err error
+		if a.At, err = announcedTime(fields[2]); err != nil {
+			return bad(err.Error())
+		}
+		return a, nil
+	case len(fields) > 3:
+		return bad("a pause has one time and a warm-up two")
+	}
+	until, err := announcedTime(fields[1])
+	if err != nil {
+		return bad(err.Error())
+	}
+	a.Kind, a.Until = AnnouncePause, until
+	if len(fields) == 3 {
+		if a.Lost, err = announcedTime(fields[2]); err != nil {
+			return bad(err.Error())
+		}
+		a.Kind = AnnounceLoss
+	}
+	return a, nil
+}
+
+// announcedTime reads a time of an announcement: µs since the Unix epoch, > 0.
+func announcedTime(field string) (time.Time, error) {
+	us, err := strconv.ParseInt(field, 10, 64)
+	if err != nil || us <= 0 {
+		return time.Time{}, fmt.Errorf("time %q: want µs since the Unix epoch, > 0", field)
+	}
+	return time.UnixMicro(us), nil
+}

@@ -123,8 +123,9 @@ type family struct {
 	fn, fnRelease, fnRO string
 }
 
-func newFamily(a Algorithm, part string) *family {
-	src := lua.Family + part
+// newFamily makes algorithm a's family from src, its script (lua.SlidingLog, ...). The function's name
+// follows the source's SHA-1, so that workers of two versions each call their own.
+func newFamily(a Algorithm, src string) *family {
 	sum := sha1.Sum([]byte(src))
 	fn := fmt.Sprintf("paygate_%s_%x", a, sum[:6])
 	evalSrc := src + "\nreturn paygate(eval_args())\n"

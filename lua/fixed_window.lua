@@ -1,5 +1,5 @@
--- fixed_window.lua: a counter per calendar window; appended to family.lua (see there for KEYS[1..3], ARGV and
--- the reply).
+-- fixed_window.lua: a counter per calendar window; appended to the family, lua/family/, after its
+-- counters.lua (see its contract.lua for KEYS[1..3], ARGV and the reply).
 --
 -- KEYS[4], KEYS[5], ... -> <prefix>:{<provider>}:fw:<W>  HASH  one per policy: window index -> units, where
 --                          window k is [k*W, (k+1)*W) µs of the Redis clock: aligned to the Unix epoch, so a
@@ -24,10 +24,10 @@
 -- reserved ahead: a scan of a few). The tables live on between a function's calls; only 1..len[i] is this
 -- call's. (Indexed by position: a Lua table indexed by window numbers in the tens of millions makes
 -- gopher-lua, the demo's embedded Redis, allocate an array that large.)
--- A merchant's policies (family.lua's S[11]) are policies like the provider's, each with a hash of its
+-- A merchant's policies (the family's S[11]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:fw:<W>.
 algo.merchants = true
-algo.counters = true -- family.lua's counted_marker: units go back only into the counters that took them
+algo.counters = true -- family/record.lua's counted_marker: units go back only into the counters that took them
 
 local keys_of, ks, cs, len = {}, {}, {}, {}
 

@@ -1,10 +1,10 @@
--- gcra.lua: the generic cell rate algorithm, burst = limit per window; appended to family.lua (see there for
--- KEYS[1..3], ARGV and the reply).
+-- gcra.lua: the generic cell rate algorithm, burst = limit per window; appended to the family, lua/family/,
+-- after its undo.lua and arrivals.lua (see its contract.lua for KEYS[1..3], ARGV and the reply).
 --
 -- KEYS[4] -> <prefix>:{<provider>}:gcra:<limits> HASH   the policy's theoretical arrival time TAT = q + r/L µs, kept
 --                                                exactly: v:<window µs> = q (whole µs), v:<window µs>:r = r
 --                                                (0 <= r < L); last, last_slot, u:*: the undo record of the
---                                                newest admission (family.lua's undoable)
+--                                                newest admission (family/undo.lua's store)
 --            <limits> hashes the limits and the live limits' version (gate.keysFor): a change of
 --            limits, configured or live, starts the state afresh, and the epoch's warm-up with it
 --
@@ -22,7 +22,7 @@
 -- Release (and a move) restores the TATs exactly when the job is the newest admission; otherwise its
 -- units stay spent until they drain (never more than the limit).
 --
--- Exact arithmetic: the TAT is kept as q + r/L (family.lua's arrivals): adding T as a double drifted (-1/12
+-- Exact arithmetic: the TAT is kept as q + r/L (family/arrivals.lua): adding T as a double drifts (-1/12
 -- µs per unit at 3/1ms). Every admission decision is made on whole numbers.
 
 local arr, state, T, q, r, tat, plus -- per call (algo.init)

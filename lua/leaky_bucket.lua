@@ -1,10 +1,12 @@
--- leaky_bucket.lua: a queue of `limit` units per policy leaking at `limit` per window; appended to
--- family.lua (see there for KEYS[1..3], ARGV and the reply).
+-- leaky_bucket.lua: a queue of `limit` units per policy leaking at `limit` per window; appended to the
+-- family, lua/family/, after its undo.lua and arrivals.lua (see its contract.lua for KEYS[1..3], ARGV and
+-- the reply).
 --
 -- KEYS[4] -> <prefix>:{<provider>}:leaky:<limits> HASH   when that policy's queue has drained (its theoretical
 --                                                arrival time), exactly: v:<window µs> whole µs, v:<window
---                                                µs>:r the fraction's numerator over L (family.lua's
---                                                arrivals); last, last_slot, u:*: the undo record
+--                                                µs>:r the fraction's numerator over L
+--                                                (family/arrivals.lua); last, last_slot, u:*: the undo
+--                                                record
 --            <limits> hashes the limits and the live limits' version (gate.keysFor): a change of
 --            limits, configured or live, starts the state afresh, and the epoch's warm-up with it
 --
@@ -24,7 +26,7 @@
 -- Release (and a move) restores the queue exactly when the job is the newest admission (the tail);
 -- otherwise its units stay queued until they leak (never more than the limit).
 
-local arr, state, T, tat -- per call (algo.init): the TAT kept exactly as q + r/L (see family.lua)
+local arr, state, T, tat -- per call (algo.init): the TAT kept exactly as q + r/L (see family/arrivals.lua)
 
 function algo.init()
   arr = arrivals(KEYS[4])

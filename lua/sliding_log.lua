@@ -1,9 +1,9 @@
--- sliding_log.lua: exact sliding-log admission, the default; appended to family.lua (see there for KEYS,
--- ARGV, the reply and the id record).
+-- sliding_log.lua: exact sliding-log admission, the default; appended to the family, lua/family/ (see its
+-- contract.lua for KEYS, ARGV, the reply and the id record).
 --
 -- The id record KEYS[1] (<prefix>:{<provider>}:log) is the log: one member per unit of cost, score = its
 -- slot (algo.per_unit), kept for the longest window plus margin (the driver's dedup, set so by gate.go).
--- No other state, but for a merchant with limits of its own (family.lua's S[11]):
+-- No other state, but for a merchant with limits of its own (the family's S[11]):
 --
 -- KEYS[4] -> <prefix>:{<provider>}:m:<merchant>:log  ZSET  the merchant's log: the same members, at the same
 --            slots, as its jobs have in KEYS[1], trimmed alike; its policies count it as the provider's count

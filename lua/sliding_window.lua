@@ -1,5 +1,5 @@
--- sliding_window.lua: counters in sub-windows; appended to family.lua (see there for KEYS[1..3], ARGV and the
--- reply).
+-- sliding_window.lua: counters in sub-windows; appended to the family, lua/family/, after its counters.lua
+-- (see its contract.lua for KEYS[1..3], ARGV and the reply).
 --
 -- KEYS[4], KEYS[5], ... -> <prefix>:{<provider>}:sw:<g>  HASH  one per policy: bucket index -> units, where
 --                          a bucket is g = ceil((W + m) / B) µs of the Redis clock (index = floor(t / g)),
@@ -22,10 +22,10 @@
 --
 -- Release and moves take a job's units out of the bucket they went into while it still counts (exact).
 
--- A merchant's policies (family.lua's S[11]) are policies like the provider's, each with a hash of its
+-- A merchant's policies (the family's S[11]) are policies like the provider's, each with a hash of its
 -- own: KEYS[3 + i] -> <prefix>:{<provider>}:m:<merchant>:sw:<g>.
 algo.merchants = true
-algo.counters = true -- family.lua's counted_marker: units go back only into the counters that took them
+algo.counters = true -- family/record.lua's counted_marker: units go back only into the counters that took them
 
 -- Per call (algo.init, algo.load): g[i], policy i's bucket (µs; kept in the settings' table), keys_of[i] its
 -- hash, and its buckets as read: ks[i][j], cs[i][j] for j = 1..len[i], bucket index and units, in no

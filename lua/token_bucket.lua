@@ -1,10 +1,10 @@
--- token_bucket.lua: a bucket of `limit` tokens per policy, refilled `limit` per window; appended to family.lua
--- (see there for KEYS[1..3], ARGV and the reply).
+-- token_bucket.lua: a bucket of `limit` tokens per policy, refilled `limit` per window; appended to the
+-- family, lua/family/, after its undo.lua (see its contract.lua for KEYS[1..3], ARGV and the reply).
 --
 -- KEYS[4] -> <prefix>:{<provider>}:tb:<limits> HASH   v:ts = the moment (µs) the tokens are counted at: the newest
 --                                                slot, which may lie ahead; v:<window µs> = that policy's
 --                                                tokens at v:ts (a fraction); last, last_slot, u:*: the undo
---                                                record of the newest admission (family.lua's undoable)
+--                                                record of the newest admission (family/undo.lua's store)
 --            <limits> hashes the limits and the live limits' version (gate.keysFor): a change of
 --            limits, configured or live, starts the state afresh, and the epoch's warm-up with it
 --
@@ -19,7 +19,7 @@
 --
 -- Force (ARGV[6] = 1): admitted now whatever the tokens, taking what there is: each policy's bucket drains
 -- to zero and never into debt, so later callers wait no longer than for an empty bucket. A forced call can
--- exceed the provider's limit by its cost; a pause still holds it (family.lua).
+-- exceed the provider's limit by its cost; a pause still holds it (the family).
 --
 -- Release (and a move) restores the bucket exactly when the job is the newest admission; otherwise its
 -- tokens stay taken until they refill (never more than the limit).

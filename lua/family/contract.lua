@@ -1,0 +1,245 @@
+-- family: paygate's gate, the one driver every algorithm runs under: input checks, the id record (duplicates,
+-- moves, release), the pause, the pace, the warm-up, the Redis clock, and the operations. Its parts, in
+-- lua/family/, are read as one chunk, in this order (lua/lua.go assembles each algorithm's script):
+--   contract.lua  this header (KEYS, ARGV, the settings S, the replies, what an algorithm's file provides),
+--                 the globals a call binds, the algorithm's table `algo` and the entry points' names
+--   writes.lua    the write queue: every write a call makes, applied together at its end
+--   state.lua     the per-call state: the file-level locals, and begin/begin_job/start, which set them
+--   record.lua    the provider's keys beside the algorithm's state: the id record, its marks, the
+--                 in-flight leases, the epoch
+--   ops.lua       the operations: reserve (prepare, reserve, finish), release, depart and postpone,
+--                 status, merchants, batch; and the entry points paygate, paygate_release, paygate_ro
+-- then the helpers only some algorithms use, each appended only to those (counters.lua: sliding_window,
+-- fixed_window; undo.lua: token_bucket, gcra, leaky_bucket; arrivals.lua, after undo.lua: gcra,
+-- leaky_bucket), then the algorithm's own file (sliding_log.lua, sliding_window.lua, token_bucket.lua,
+-- gcra.lua, fixed_window.lua, leaky_bucket.lua), which fills the table `algo` (see "The algorithm's part"
+-- below). The gate (gate/algorithm.go's newFamily) appends the line that runs paygate() (see the end).
+--
+-- KEYS[1] -> <prefix>:{<provider>}:ids    ZSET   the id record, score = slot (µs, Redis clock); kept until
+--                                                slot + dedup. One member per unit of cost when the
+--                                                algorithm counts members (sliding_log, whose log it is:
+--                                                key ...:log): the job id, then id.."\0"..k for its k-th unit;
+--                                                otherwise the job id, and id.."\0"..n when its cost n > 1;
+--                                                under the counters (algo.counters), markers naming the
+--                                                keys that counted the job (see counted_marker)
+-- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
+-- KEYS[3] -> <prefix>:{<provider>}:marks  ZSET   the id record's marks: member id.."\0s": its request was
+--                                                accepted though not settled (sent.lua); id.."\0d": a
+--                                                duplicate of it was let go on its slot. Score = until when
+--                                                the mark matters (µs, Redis clock: as long as the record
+--                                                keeps the id); every write of a mark trims the marks past
+--                                                theirs, and the key expires after the latest
+-- KEYS[4..#KEYS-5] -> the algorithm's state, all with the provider's hash tag (see its file): the
+--                                                provider's, then the merchant's (ARGV[7]) when it has
+--                                                limits of its own (S[11] > 0; only for algorithms
+--                                                that set algo.merchants)
+-- KEYS[#KEYS-4] -> <prefix>:{<provider>}:merchants ZSET the merchants seen: member = merchant (ARGV[7]),
+--                                                score = its newest admission's slot (µs); kept until that
+--                                                slot plus a minute (or dedup, if longer)
+-- KEYS[#KEYS-3] -> <prefix>:{<provider>}:limits HASH the live limits (limits.lua): only its version is read
+-- KEYS[#KEYS-2] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (S[7]): member =
+--                                                id.."\0"..now_us of the admission that took it
+--                                                (id.."\0d"..now_us for a duplicate let go), score = when
+--                                                the lease lapses (µs): its slot plus S[8]. land.lua
+--                                                ends one
+-- KEYS[#KEYS-1] -> <prefix>:{<provider>}:pace  STRING the pace's theoretical arrival time (µs)
+-- KEYS[#KEYS] -> <prefix>:{<provider>}:epoch  STRING "<began> <history> @<shape>": when this provider's
+--                                                state began (µs), the replication history it was written
+--                                                under (see current_history; '' where unknown) and the
+--                                                shape of the state (S[10]); one per provider, never
+--                                                expires. Its name also gives the warm-up's announcement
+--                                                channel, <prefix>:pauses, and the provider's name
+--
+-- ARGV[1] -> op: 'reserve', 'release', 'depart', 'postpone', 'status' or 'merchants' (the last two change
+--            nothing), or 'batch' (below)
+-- ARGV[2] -> job id: 1..600 bytes, no NUL ('' for status)
+-- ARGV[3] -> cost: integer >= 1 and <= every limit (reserve; the other ops ignore it)
+-- ARGV[4] -> reserve: max wait µs (the latest acceptable slot is now + max wait); release: the slot (µs) the
+--            caller was admitted at, 0 for wherever the id is; depart, postpone: the slot (µs) it was
+--            admitted at
+-- ARGV[5] -> reserve: stale µs: a duplicate whose slot is more than this before now is moved; 0: never.
+--            depart: late µs: the request left at most this long after its slot (the caller's estimate,
+--            never early); the other ops: 0
+-- ARGV[6] -> force: 1 admits now whatever the budget (token_bucket only; see its file), else 0 (reserve)
+-- ARGV[7] -> the job's merchant ('' for none): an admission records it in KEYS[#KEYS-4]
+-- ARGV[8] -> the settings S: whole numbers >= 0 separated by single spaces, S[1] S[2] ... as below. They
+--            change only with the configuration, the live limits or the margin in force, so a function
+--            parses each settings string it meets once and keeps the result (up to 64 of them at a time)
+-- S[1] -> margin µs (each algorithm says how it applies it)
+-- S[2] -> dedup µs: an admitted id is remembered until its slot plus this (> 0; sliding_log: its longest
+--          window plus margin, as its log must hold that much)
+-- S[3] -> buckets: sub-windows per window (sliding_window); sliding_log: the most members its log keeps,
+--          the newest (0: no cap; the gate sets one under live limits shorter than the log's window), else 0
+-- S[4] -> warm-up µs: when KEYS[#KEYS] is missing (the state was lost, say a Redis restart without
+--          persistence, or this is the provider's first decision), or was written under another
+--          replication history (a failover, a restart from a file), reserve pauses the provider this
+--          long before anything is admitted, and announces it on <prefix>:pauses as
+--          "<provider> <until_us> <now_us>": a worker holding a reservation decided before now_us
+--          holds one the state no longer knows, and must not use it; 0: off. That message is a
+--          gate.Announcement of kind AnnounceLoss (gate/announce.go writes and reads it)
+-- S[5] -> pace µs per unit of cost (0: not paced): reserve never gives a slot before the pace's arrival
+--          time KEYS[#KEYS-1] less the tolerance, and an admission of cost c at slot s moves that time to
+--          max(it, s) + c * pace (a GCRA over slots), so that slots come a pace apart rather than a
+--          window's worth at one instant
+-- S[6] -> tolerance µs: (burst - 1) * pace
+-- S[7] -> max in flight (0: no cap): reserve admits a job only while fewer than this many leases stand
+--          (unlapsed members of KEYS[#KEYS-2]), and takes a lease of its own with the admission, in
+--          the same step; a cap that is full denies with in_flight 1. Every admission takes a new
+--          lease: a redelivery's earlier delivery may still be in flight on the old one
+-- S[8] -> lease µs: a lease lapses this long after its slot (the provider's timeout plus a slack), so
+--          that a worker that died holding one gives it back by itself
+-- S[9] -> the version of the live limits (KEYS[#KEYS-3]'s version, 0 when absent) the caller built the
+--          policies below from: when the version in force differs, the call is refused before anything
+--          is read or written, with the error "PAYGATE_LIMITS <version in force>"; the caller reads the
+--          live limits (limits.lua 'show') and calls again
+-- S[10] -> shape: a number naming the layout of the provider's state (the gate's stateShape: its keys'
+--          names, and the windows their contents are named by). The epoch records it: an epoch of
+--          another shape means the state began afresh under new names (a change of algorithm, windows,
+--          margin or, for the buckets, limits) while the provider still counts what it was sent, and a
+--          warm-up is due as after a loss
+-- S[11] -> M: how many of the policies below are the merchant's (the last M; 0: none); a job is
+--          admitted only at a slot where the provider's policies and the merchant's all have room. The
+--          merchant's are counted over its own state (keys above), with the same margin
+-- S[12], S[13] -> limit, window µs of policy 0; S[14], S[15] -> policy 1; and so on
+--
+-- ARGV[1] 'batch' -> several reserves in one call: ARGV[2] = n (1..1000), then for each job 5 arguments
+--            (its ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7] above: id, cost, max wait, force, merchant),
+--            then stale (ARGV[5]) and the settings (ARGV[8]), shared. A job id comes at most once a call
+--            (a repeated one is its own error reply: the gate sends it in the next call). The KEYS are
+--            the provider's, with no merchant's own (S[11] = 0; a merchant's job goes alone). The
+--            provider's state is read once
+--            (the jobs' slots in the id record with one ZMSCORE), then each job is decided as its own
+--            reserve would be, one after another in the order given, each seeing what the ones before it
+--            did, and the writes of all are applied together at the end (one ZADD to the id record, one
+--            write of the algorithm's state). The reply is one flat array: now_us (0 when no job was
+--            decided), then the n jobs' replies in order, each its error reply, one element (a bad
+--            argument; the others go on), or 6 numbers: reserve's below but for now_us, with its flags
+--            and policy in the first, {allowed + 2 duplicate + 4 paused + 8 moved + 16 in_flight +
+--            32 lease + 128 policy, delay_us, retry_after_us, remaining, admitted_us, reset_after_us}.
+--            Redis turns each table, and each number, of a reply into RESP at a cost of its own: hence
+--            one array, and 6 numbers a job rather than a table of 13 (BenchmarkReserveBatch measures
+--            it). A runtime error (none is known) writes nothing for any of them
+--
+-- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
+--                  moved, reset_after_us, in_flight, lease} (the gate names each index):
+--   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed (but a warm-up begun)
+--   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
+--                   pause, or now, whichever is latest (denied beyond max wait). Let go, it is marked
+--                   in KEYS[3] (id.."\0d"), so that the holder of the first admission can no longer release it
+--   delay_us        slot - now when allowed, else 0
+--   retry_after_us  when denied (> 0): the same call this much later is admitted if nobody else takes the
+--                   room meanwhile (a leaky bucket's full queue counts too); else 0
+--   remaining       room left at the slot after this job (the algorithm says what room is), or now when denied
+--   policy          0-based index of the policy that sets the slot (or fills the queue), else the tightest
+--   now_us          Redis TIME in µs
+--   paused          1 when a provider pause is what sets the slot
+--   admitted_us     a duplicate's or moved job's old slot, µs; else 0
+--   moved           1: the id was in the record at a slot more than stale µs before it would now go, and not
+--                   marked sent: its entry left the record, its units went back where the algorithm can give
+--                   them back (algo.give_back), and it was admitted afresh, in this one step. Denied afresh,
+--                   everything stays as it was. No budget is spent twice, and whichever of the two requests
+--                   the provider counts, the record covers it: no later slot can precede the new one.
+--   reset_after_us  time until the budget is entirely unused if nothing more is admitted (algo.reset_after)
+--   in_flight       1: denied because S[7] leases stand (retry_after_us: until the first lapses; one
+--                   usually ends sooner, announced by land.lua); nothing was spent
+--   lease           the lease the admission took: 0 none (no cap), 1 id.."\0"..now_us, 2 id.."\0d"..now_us
+--                   (a duplicate let go)
+-- release returns the number of the id's units that left the record (0: not there, at another slot, or
+--   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
+-- depart records that the request of an admission left late: the id's units move from its slot (ARGV[4])
+--   to min(slot + late, now), so that the record shows when the provider got it and no later slot is
+--   decided as if it had gone on time. Moving an entry later, to no later than now, frees no room for any
+--   slot still to be decided (every window they count ends at now or after). Returns the new slot (µs), or
+--   0 when nothing moved: the id is not in the record at that slot, late is not past it, or the algorithm
+--   keeps no time per unit (only sliding_log defines algo.depart; the others keep the units at the slot).
+--   The admission's in-flight lease, while it stands, moves with it (it lapses at the new slot + S[8])
+-- postpone is depart for a request that has not left yet: its holder woke too late to use the slot, and
+--   asks to go now instead. The units move to now, and only where a reserve now would find the provider
+--   open (no pause; no warm-up due: the epoch is there, of this history), a capped job's lease still
+--   stands, and every window the move adds the units to keeps room for them (algo.fits_late); else
+--   nothing moves (0) and the holder gives the slot back. The pace is not asked: a postponed unit may go
+--   between two paced slots
+-- merchants returns {now_us, seen, merchant, slot_us, ...}: seen = merchants in KEYS[#KEYS-4] admitted within
+--   the last minute (or dedup, if longer), then the newest ARGV[4] of them (name, newest slot), newest first
+-- status returns {now_us, paused_until_us, units, leases, used_0, reserved_0, remaining_0, reset_after_us_0,
+--   used_1, ...}: units = members of the id record; leases = unlapsed in-flight leases; per policy, as
+--   algo.status says
+--
+-- A decision that fails writes nothing. Every check comes first (a bad argument is an error reply before
+-- anything is read; in a batch, a job's bad argument is its own error reply), and every write goes through
+-- write(), which only queues it: the queue is applied at the very end, when nothing can fail any more
+-- (writes.lua). A denial drops what the decision queued. Reads therefore
+-- see the state as it was when the script began; the algorithms keep what they change in Lua, and what
+-- they read from Redis after queueing a change (sliding_log's counts) they correct themselves. Big
+-- writes are split so that no call passes Lua's unpack limit (8000 values).
+--
+-- The algorithm's part fills `algo`:
+--   algo.init()               set the algorithm's per-call state (see begin), before anything else
+--   algo.merchants            true: counts a merchant's policies (S[11] > 0) over keys of its own
+--   algo.fcfs                 true: a new slot is never before the newest slot in the id record
+--   algo.per_unit             true: the id record holds one member per unit of cost (sliding_log)
+--   algo.counters             true: gives units back into counters named by window (counter_undo), only
+--                             where the job's marker shows they counted it (see counted_marker)
+--   algo.load(trim)           read the state; trim: also drop (queue the deletion of) what no decision can
+--                             count any more
+--   algo.earliest(from, cost) -> slot (>= from), blocker (1-based policy or nil), hold (µs, > 0 when the
+--                             call must be denied whatever its max wait: a full queue)
+--   algo.commit(slot, cost)   record an admission of the job ARGV[2] at slot
+--   algo.force(at, cost)      record a forced admission at `at` (token_bucket only)
+--   algo.give_back(slot, cost) -> a token for take_back, or nil: return the units of the job ARGV[2],
+--                             admitted at slot, where that is sound (its record entry is leaving)
+--   algo.take_back(token)     undo give_back in Lua (a move denied afresh; its queued writes are dropped)
+--   algo.room(at)             -> remaining, index (1-based) of the tightest policy at `at`
+--   algo.reset_after()        -> µs until the budget is entirely unused
+--   algo.status()             -> {{used, reserved, remaining, reset_after_us}, ...} one per policy
+--   algo.save()               queue the writes of what changed, with expiry
+--   algo.depart(slot, at, members) (optional) move the job's units, the id record's members (queued
+--                             already), from slot to at (slot < at <= now) in the algorithm's own state
+--   algo.fits_late(slot, at, n) (with depart) -> whether the job's n units, moved from slot to at, keep
+--                             every policy within its limit
+-- An algorithm's file may use the per-call state (state.lua: P, PP, M, limits, windows, margin, buckets,
+-- dedup, now, id, op, arg4, conf, KEYS, ARGV, ...), the write queue (writes.lua: write, write_members,
+-- expire, int, num), reset_after, tightest and EPS (state.lua), ids, newest_slot, members_of and
+-- keep_until (record.lua), and the helper parts appended for it.
+--
+-- Numbers Redis parses as integers (HSET of counts, PEXPIRE, scores) are formatted with %d; fractions (a
+-- token count) with %.17g, which round-trips a double: Lua's own tostring keeps 14 digits.
+
+-- How it runs. As a Redis Function (the gate: FUNCTION LOAD once, then FCALL) the chunk runs once, when the
+-- library is loaded, and what it defines lives on between calls; under EVALSHA (the same source with the
+-- line `return paygate(eval_args())` appended) it runs on every call. So the top level only defines
+-- functions and constants, and reads no global (a library being loaded has only `redis`). Every per-call
+-- value is one of state.lua's file-level locals, and begin(), begin_job() and start() (then the
+-- algorithm's algo.init()) set every one of them as each call begins: nothing a call sees is left from an
+-- earlier one.
+-- They are file-level locals rather than fields of one table because a local is an upvalue of the
+-- functions that use it: one VM step to read where a field takes two, at the hundreds of reads a decision
+-- makes. Lua 5.1 allows a function 60 upvalues; the most any function here uses is 44 (luac5.1 -l -l
+-- counts them; package lua's TestLua51Limits compiles every script with luac5.1 where it is installed): a
+-- new per-call value with no room left goes into a table (as C, state.lua) rather than a local of its own.
+-- A few tables live on between calls (C, the write queue, undo.lua's, the algorithms' arrays) because
+-- making a table on every call costs every decision time; each says how a call resets it, or reads only
+-- what the call itself set.
+
+-- eval_args returns an EVALSHA call's KEYS and ARGV, Redis's globals (defined before the locals of
+-- state.lua that take their names; a function has no such globals and never calls it).
+local function eval_args() return KEYS, ARGV end
+-- Lua's globals, as upvalues: a function of a library reads a global through the library's environment, a
+-- table whose __index is the globals (two look-ups, at the hundred or so a decision makes), an upvalue at
+-- once. A library being loaded reaches none of them, so bind_globals sets them as each call begins (once
+-- in a function's life: then math is set; under EVALSHA, on each call). redis stays a global: while the
+-- library loads it is another table (register_function's), which the lines the gate appends use.
+local math, string, table, tonumber, tostring, unpack, next, pairs, ipairs, error, type
+local function bind_globals()
+  local g = _G
+  math, string, table, tonumber, tostring, unpack = g.math, g.string, g.table, g.tonumber, g.tostring, g.unpack
+  next, pairs, ipairs, error, type = g.next, g.pairs, g.ipairs, g.error, g.type
+end
+
+-- algo is the algorithm's part: its file, appended last, fills it (see "The algorithm's part fills algo"
+-- above).
+local algo = {}
+
+-- The entry points, defined at the end of ops.lua: paygate serves every op; paygate_release only release
+-- and depart, paygate_ro only status and merchants (the gate registers each with the flags of its ops).
+local paygate, paygate_release, paygate_ro

@@ -1,8 +1,8 @@
 -- family/ops.lua: the operations (see contract.lua for each one's arguments and reply). A reserve is three
 -- steps: prepare reads what it needs beside the algorithm's state, reserve decides the job, finish applies
--- the call's writes; a batch runs reserve once per job between one prepare and one finish. Then release,
--- move (depart and postpone), status and merchants; run, which picks the op's; decide (one call) and batch;
--- and the entry points.
+-- the call's writes; a batch runs reserve once per job between one prepare and one finish. Then run, which
+-- runs one call's op (merchants, status, depart and postpone, release, reserve); decide (one call) and
+-- batch; and the entry points.
 
 -- A reserve's replies. deny drops the writes the job queued (since `kept`, set as it begins): the call's
 -- own (the trim, a warm-up, the lapsed leases' removal) and the jobs' before it stay.
@@ -61,6 +61,7 @@ local function prepare()
       write('SET', pause, int(C.pause_until), 'PX', int(math.ceil(warmup / 1000) + 1000))
     end
     local prefix, name = string.match(epoch, '^(.*):{([^}]*)}:epoch$')
+    -- "<provider> <until_us> <lost_us>": a gate.Announcement of kind AnnounceLoss (gate/announce.go).
     write('PUBLISH', prefix .. ':pauses', name .. ' ' .. int(C.pause_until) .. ' ' .. int(now))
   elseif stamp then
     write('SET', epoch, epoch_value(string.match(began, '^%d+') or int(now), stamp))
@@ -180,22 +181,6 @@ local function finish()
   return flush()
 end
 
--- release gives the id's entry back (see contract.lua: release): its units leave the record and go back
--- where the algorithm can give them back. Never a duplicate's or a sent job's (marked).
-local function release()
-  local prev, marked = lookup()
-  if not prev or (arg4 ~= 0 and prev ~= arg4) or marked then return 0 end
-  local gone, n = units_at(prev)
-  trim()
-  write_members('ZREM', ids, gone)
-  provider_counted, merchant_counted = holds(gone, provider_marker()), holds(gone, merchant_marker())
-  algo.give_back(prev, n)
-  reset_memo = nil
-  algo.save()
-  flush()
-  return n
-end
-
 -- may_postpone tells whether the admission of n units at slot may go at `at` (now) instead: as a reserve
 -- now would find it, the provider is not paused, its state is not lost or from another history (the
 -- warm-up: a reserve begins it, this refuses), a capped job still holds its lease (held), and every
@@ -208,60 +193,66 @@ local function may_postpone(slot, at, n, held)
   return algo.fits_late(slot, at, n)
 end
 
--- move is depart and postpone (see contract.lua): the id's units, admitted at the slot arg4, move to when
--- the request left (depart: the slot plus late, at most now) or to now (postpone), with its lease.
-local function move()
-  if not algo.depart then return 0 end
-  local prev = lookup()
-  local at = now -- postpone: about to leave
-  if op == 'depart' then at = math.min(arg4 + stale, now) end
-  if not prev or prev ~= arg4 or at <= prev then return 0 end
-  local members = units_at(prev)
-  local held = lease_of(prev)
-  if op == 'postpone' and not may_postpone(prev, at, #members, held) then return 0 end
-  write_members('ZADD', ids, members, int(at))
-  algo.depart(prev, at, members)
-  keep_until(ids, at + dedup)
-  if held then
-    -- The lease follows the request: it lapses its slack after the request began, as it would have.
-    write('ZADD', flight, 'XX', int(at + lease), held)
-    keep_until(flight, at + lease)
-  end
-  flush()
-  return at
-end
-
--- status reads the provider's state (see contract.lua: status); it writes nothing.
-local function status()
-  algo.load(false)
-  local pause_until = tonumber(redis.call('GET', pause) or 0)
-  if pause_until <= now then pause_until = 0 end
-  local reply = {now, pause_until, redis.call('ZCARD', ids), redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')}
-  for _, s in ipairs(algo.status()) do
-    for _, v in ipairs(s) do reply[#reply + 1] = v end
-  end
-  return reply
-end
-
--- list_merchants is op merchants (see contract.lua): how many were seen, and the newest arg4 of them.
-local function list_merchants()
-  local since = '(' .. int(now - seen_for)
-  local reply = {now, redis.call('ZCOUNT', merchants, since, '+inf')}
-  if arg4 > 0 then
-    local got = redis.call('ZREVRANGEBYSCORE', merchants, '+inf', since, 'WITHSCORES', 'LIMIT', 0, arg4)
-    for j = 1, #got, 2 do reply[#reply + 1], reply[#reply + 2] = got[j], tonumber(got[j + 1]) end
-  end
-  return reply
-end
-
--- run runs the op begin set, once begin_job and start have.
+-- run runs the op begin set, once begin_job and start have. One function rather than one per op: under
+-- EVALSHA every function of the chunk is made anew on each call.
 local function run()
   if M > 0 and not algo.merchants then return bad('merchant limits are not counted by this algorithm; merchant policies', M) end
-  if op == 'merchants' then return list_merchants() end
-  if op == 'status' then return status() end
-  if op == 'depart' or op == 'postpone' then return move() end
+  if op == 'merchants' then -- how many merchants were seen, and the newest arg4 of them
+    local since = '(' .. int(now - seen_for)
+    local reply = {now, redis.call('ZCOUNT', merchants, since, '+inf')}
+    if arg4 > 0 then
+      local got = redis.call('ZREVRANGEBYSCORE', merchants, '+inf', since, 'WITHSCORES', 'LIMIT', 0, arg4)
+      for j = 1, #got, 2 do reply[#reply + 1], reply[#reply + 2] = got[j], tonumber(got[j + 1]) end
+    end
+    return reply
+  end
+  if op == 'status' then -- the provider's state; nothing written
+    algo.load(false)
+    local pause_until = tonumber(redis.call('GET', pause) or 0)
+    if pause_until <= now then pause_until = 0 end
+    local reply = {now, pause_until, redis.call('ZCARD', ids), redis.call('ZCOUNT', flight, '(' .. int(now), '+inf')}
+    for _, s in ipairs(algo.status()) do
+      for _, v in ipairs(s) do reply[#reply + 1] = v end
+    end
+    return reply
+  end
+
+  if op == 'depart' or op == 'postpone' then
+    -- The id's units, admitted at the slot arg4, move to when the request left (depart: the slot plus
+    -- late, at most now) or to now (postpone: about to leave), with its lease.
+    if not algo.depart then return 0 end
+    local prev = lookup()
+    local at = now -- postpone: about to leave
+    if op == 'depart' then at = math.min(arg4 + stale, now) end
+    if not prev or prev ~= arg4 or at <= prev then return 0 end
+    local members = units_at(prev)
+    local held = lease_of(prev)
+    if op == 'postpone' and not may_postpone(prev, at, #members, held) then return 0 end
+    write_members('ZADD', ids, members, int(at))
+    algo.depart(prev, at, members)
+    keep_until(ids, at + dedup)
+    if held then
+      -- The lease follows the request: it lapses its slack after the request began, as it would have.
+      write('ZADD', flight, 'XX', int(at + lease), held)
+      keep_until(flight, at + lease)
+    end
+    flush()
+    return at
+  end
   algo.load(true)
-  if op == 'release' then return release() end
+  if op == 'release' then -- the id's entry given back: never a duplicate's or a sent job's (marked)
+    local prev, marked = lookup()
+    if not prev or (arg4 ~= 0 and prev ~= arg4) or marked then return 0 end
+    local gone, n = units_at(prev)
+    trim()
+    write_members('ZREM', ids, gone)
+    provider_counted, merchant_counted = holds(gone, provider_marker()), holds(gone, merchant_marker())
+    algo.give_back(prev, n)
+    reset_memo = nil
+    algo.save()
+    flush()
+    return n
+  end
   prepare()
   local r = reserve()
   finish()

@@ -335,7 +335,7 @@ func pingCPU(ctx context.Context, redisAddr string) (time.Duration, error) {
 }
 
 // scriptCalls counts the gate's script calls (FCALL, EVALSHA, EVAL) on a worker's Redis client, and
-// among them the lateness guard's moves (family.lua's ops postpone and depart), when moves is set.
+// among them the lateness guard's moves (lua/family's ops postpone and depart), when moves is set.
 type scriptCalls struct{ n, moves *atomic.Int64 }
 
 func (s scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }

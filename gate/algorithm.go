@@ -104,7 +104,7 @@ var MerchantAlgorithms = []Algorithm{SlidingLog, SlidingWindow, FixedWindow}
 // GCRA, ...) keep a few numbers per limit whatever the limit and the cost.
 const MaxSlidingLogLimit = 100_000
 
-// family is one algorithm's script: family.lua (checks, ids, duplicates, moves, pause, pace, warm-up,
+// family is one algorithm's script: lua/family (checks, ids, duplicates, moves, pause, pace, warm-up,
 // release, status) followed by the algorithm's own counting, and the line that runs it.
 //
 // It runs as a Redis Function where the server has them (Redis 7 and later): FUNCTION LOAD once, then FCALL.

@@ -37,7 +37,7 @@ func newAlgoOpts(t testing.TB, rdb redis.Scripter, opts gate.Options, p gate.Pro
 	return l
 }
 
-// family is every algorithm: one driver (family.lua), one contract. gate_test.go covers sliding_log's own
+// family is every algorithm: one driver (lua/family), one contract. gate_test.go covers sliding_log's own
 // exactness besides.
 var family = gate.Algorithms
 

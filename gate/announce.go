@@ -11,7 +11,7 @@ import (
 // scripts publish them, each one shape; times are µs since the Unix epoch on the Redis clock, > 0:
 //
 //	AnnouncePause   "<provider> <until_us>"            pause.lua: a pause until Until
-//	AnnounceLoss    "<provider> <until_us> <lost_us>"  family.lua: the state was found lost at Lost and the
+//	AnnounceLoss    "<provider> <until_us> <lost_us>"  lua/family: the state was found lost at Lost and the
 //	                                                   warm-up pauses the provider until Until
 //	AnnounceLimits  "<provider> limits <at_us>"        limits.lua: the live limits changed at At
 //	AnnounceLanded  "<provider> landed"                land.lua: an in-flight lease ended with the cap full

@@ -76,7 +76,7 @@ func TestParseAnnouncementRefuses(t *testing.T) {
 	}
 }
 
-// What the scripts publish (pause.lua, family.lua's warm-up, limits.lua, land.lua) is read by
+// What the scripts publish (pause.lua, lua/family's warm-up, limits.lua, land.lua) is read by
 // ParseAnnouncement as the announcement of its kind, and written back by String as published.
 func TestScriptsPublishAnnouncements(t *testing.T) {
 	rdb := backends(t)[0].rdb

@@ -9,7 +9,7 @@ import (
 )
 
 // batcher gathers one provider's reserves (under one set of limits) while a call for that provider is on
-// its way, and sends them together as the next call (family.lua's op 'batch'): under load a call decides
+// its way, and sends them together as the next call (lua/family's op 'batch'): under load a call decides
 // many jobs, and a job that finds nothing on its way goes at once, alone, or after the linger, with those
 // that came meanwhile. Each job gets the verdict its own call would have had, in the order the jobs
 // arrived.
@@ -103,7 +103,7 @@ func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 	}
 }
 
-// decideAll decides jobs in as few calls as it can, in order: a call holds a job id at most once (family.lua
+// decideAll decides jobs in as few calls as it can, in order: a call holds a job id at most once (lua/family
 // decides a batch's jobs against the state as the call read it), so a redelivery of a job queued beside
 // it goes in the next call, and sees the first as a duplicate, as it would alone.
 func (l *Limiter) decideAll(ctx context.Context, p provider, providerName string, margin int64, jobs []*pending) {
@@ -156,7 +156,7 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 	}
 }
 
-// splitReplies reads a batch's reply (family.lua's op 'batch': one flat array, now_us and then each job's
+// splitReplies reads a batch's reply (lua/family's op 'batch': one flat array, now_us and then each job's
 // error reply or its 6 numbers) into its n jobs' replies, each as a single reserve's (replyLen numbers).
 func splitReplies(replies []any, n int) ([][]int64, []error, error) {
 	malformed := func(what string, args ...any) error {
@@ -201,5 +201,5 @@ func splitReplies(replies []any, n int) ([][]int64, []error, error) {
 	return each, errs, nil
 }
 
-// batchReplyLen is how many numbers a batch's reply holds for each job decided (family.lua's op 'batch').
+// batchReplyLen is how many numbers a batch's reply holds for each job decided (lua/family's op 'batch').
 const batchReplyLen = 6

@@ -15,7 +15,7 @@ import (
 	"github.com/paygate/paygate/gate"
 )
 
-// A batch of reserves (family.lua's op 'batch') answers each job as its own reserve would have, in order:
+// A batch of reserves (lua/family's op 'batch') answers each job as its own reserve would have, in order:
 // the same sequence (new jobs, a duplicate within the batch, costs above 1, denials, stale jobs moved, a bad
 // cost) decided in one call on one gate and one call per job on another, side by side, under every
 // algorithm, with and without an in-flight cap, on the single node and the cluster. The batch reads the
@@ -423,7 +423,7 @@ func lingering(t *testing.T, rdb redis.UniversalClient) (l *gate.Limiter, calls 
 	}
 }
 
-// A batch's reply packs each job's flags and policy into one number, and names now once (family.lua's
+// A batch's reply packs each job's flags and policy into one number, and names now once (lua/family's
 // op 'batch'): every field comes back as the job's own reserve gives it. The first job bad, a paused
 // provider (admitting, then denying), duplicates let go on leases of their own, the second policy the
 // tightest, and a batch of bad jobs only, against the same calls one job at a time on a twin gate.
@@ -500,7 +500,7 @@ func TestBatchJobWithoutReplyWritesNothing(t *testing.T) {
 			src, keys, own := gate.ScriptOf(l, prov)
 			const line = "      reserve() -- its reply goes into out\n"
 			if !strings.Contains(src, line) {
-				t.Fatal("family.lua has no batch line to rewrite")
+				t.Fatal("the family script has no batch line to rewrite")
 			}
 			bad := strings.Replace(src, line, "      if i == 2 then C.nout = C.nout + 5 else reserve() end\n", 1)
 			argv := []any{"batch", 3}

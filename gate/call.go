@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The operations of family.lua (its ARGV[1]).
+// The operations of lua/family (its ARGV[1]).
 const (
 	opReserve   = "reserve"
 	opBatch     = "batch"
@@ -20,7 +20,7 @@ const (
 	opMerchants = "merchants"
 )
 
-// call is one call of a provider's script (family.lua with its algorithm's part): what its ARGV carry,
+// call is one call of a provider's script (lua/family with its algorithm's part): what its ARGV carry,
 // as its header names them, and where it goes.
 type call struct {
 	op    string // ARGV[1]
@@ -44,8 +44,8 @@ type call struct {
 	jobs []*pending
 }
 
-// run sends c to p's script, the one way every decision, release, move and status reaches family.lua:
-// it puts the KEYS and ARGV together (family.lua's header) and calls the script on c.conn, or on any of
+// run sends c to p's script, the one way every decision, release, move and status reaches lua/family:
+// it puts the KEYS and ARGV together (the family's contract (lua/family/contract.lua)) and calls the script on c.conn, or on any of
 // the client's connections.
 func (l *Limiter) run(ctx context.Context, p provider, c call) *redis.Cmd {
 	var keys []string

@@ -15,7 +15,7 @@ import (
 	"github.com/paygate/paygate/internal/testenv"
 )
 
-// The gate's edge cases from an adversarial review of lua/ and gate/ (each failed before family.lua became
+// The gate's edge cases from an adversarial review of lua/ and gate/ (each failed before lua/family became
 // the one driver of every algorithm).
 
 // Finding 1 and 4: a job's cost is written as one ZADD no longer (Lua's unpack stops at 8000 values), and

@@ -294,7 +294,7 @@ func BenchmarkReserveAcked(b *testing.B) {
 	}
 }
 
-// BenchmarkReserveBatch decides 16 and 64 new jobs per call (family.lua's op 'batch', as a worker's batcher
+// BenchmarkReserveBatch decides 16 and 64 new jobs per call (lua/family's op 'batch', as a worker's batcher
 // sends them under load), beside calls of one job, and reports the Redis-side time per job from INFO
 // commandstats (redis_us/job) besides the round trip.
 func BenchmarkReserveBatch(b *testing.B) {

@@ -14,7 +14,7 @@ import (
 
 // A decision that fails writes nothing. For every algorithm and every kind of decision (a first decision that
 // starts the warm-up, a new job, a duplicate, a release refused and one done, a stale job moved, a denial),
-// the script is run again and again with an error injected at its 1st, 2nd, ... write (family.lua's
+// the script is run again and again with an error injected at its 1st, 2nd, ... write (lua/family's
 // inject_at), until it runs through; after each injected failure, every key of the provider must be as it was.
 func TestFailedDecisionWritesNothing(t *testing.T) {
 	for _, b := range backends(t) {
@@ -37,7 +37,7 @@ func TestFailedDecisionWritesNothing(t *testing.T) {
 					t.Helper()
 					src, keys, own := gate.ScriptOf(lim, prov)
 					if !strings.Contains(src, "\nlocal inject_at = 0\n") {
-						t.Fatal("family.lua has no inject_at line to rewrite")
+						t.Fatal("the family script has no inject_at line to rewrite")
 					}
 					argv = append(argv, own...)
 					for k := 1; ; k++ {

@@ -18,7 +18,7 @@ type keySet struct {
 	merchants, limits, flight, pace, epoch string
 	// margin and lateness are margin.lua's: the margin in force and the fleet's lateness reports
 	margin, lateness string
-	// all are family.lua's KEYS for a call without a merchant's own state, in the order its header gives:
+	// all are lua/family's KEYS for a call without a merchant's own state, in the order its header gives:
 	// ids, pause, marks, state..., merchants, limits, flight, pace, epoch. Built once: every decision sends it.
 	all []string
 	// merchantAt is where a merchant's own state goes in all: after the provider's state
@@ -47,7 +47,7 @@ func (k *keySet) counted() []string {
 	return append([]string{k.ids, k.pause, k.marks}, k.state...)
 }
 
-// with is family.lua's KEYS for a call with a merchant's own state (nil: none), which goes after the
+// with is lua/family's KEYS for a call with a merchant's own state (nil: none), which goes after the
 // provider's state.
 func (k *keySet) with(merchant []string) []string {
 	if len(merchant) == 0 {

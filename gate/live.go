@@ -214,7 +214,7 @@ func (l *Limiter) inForce(ctx context.Context, providerName string, op func(p pr
 	}
 }
 
-// limitsChanged reads family.lua's refusal of a call made under limits no longer in force.
+// limitsChanged reads lua/family's refusal of a call made under limits no longer in force.
 func limitsChanged(err error) (version int64, ok bool) {
 	var re redis.Error
 	if err == nil || !errors.As(err, &re) {

@@ -70,7 +70,7 @@ type Options struct {
 	Providers map[string]Provider
 }
 
-// MaxBatch is the largest Options.Batch (family.lua takes up to 1000 jobs a call).
+// MaxBatch is the largest Options.Batch (lua/family takes up to 1000 jobs a call).
 const MaxBatch = 1000
 
 // MaxBatchLinger is the longest Options.BatchLinger: a linger is meant to be short next to a window.

@@ -17,11 +17,11 @@ import (
 // limits in force, and never changed after (live limits build another).
 type provider struct {
 	algo     Algorithm
-	script   *family // family.lua with the algorithm's part
+	script   *family // lua/family with the algorithm's part
 	policies []Policy
 	keys     *keySet
 	shape    int64 // the layout of the state (stateShape), which the epoch records
-	// policyText is the settings' tail (family.lua's S[11..]): " limit window" (µs) per policy; settings
+	// policyText is the settings' tail (lua/family's S[11..]): " limit window" (µs) per policy; settings
 	// keeps the settings without a merchant's limits under the margin last asked for (provider.settingsAt)
 	policyText string
 	settings   *atomic.Pointer[settingsAt]
@@ -194,7 +194,7 @@ func warmUpMicros(opts Options, policies []Policy, maxFlight, lease int64) int64
 }
 
 // stateShape names the layout a provider's state is kept in: its keys, and for the buckets the windows
-// their fields are named by. The epoch records it (family.lua's S[10]), so that a change of algorithm,
+// their fields are named by. The epoch records it (lua/family's S[10]), so that a change of algorithm,
 // windows, buckets or margin, which starts the state afresh under new names while the provider still
 // counts what it was sent, warms up like a loss of state. A sliding log keeps one layout whatever its
 // limits.

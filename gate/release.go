@@ -99,7 +99,7 @@ func (l *Limiter) Postpone(ctx context.Context, providerName, merchant, jobID st
 	return l.depart(ctx, opPostpone, providerName, merchant, jobID, slot, 0)
 }
 
-// depart runs family.lua's op depart, or postpone. With Options.MinReplicasAcked, the move is made on a
+// depart runs lua/family's op depart, or postpone. With Options.MinReplicasAcked, the move is made on a
 // connection of its own and waited for as an admission is (moveAcknowledged): a postponed request does not
 // go until its new slot would survive a failover; a departure (its request left already) returns its new
 // slot with the error, the move standing on the primary.

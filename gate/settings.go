@@ -14,7 +14,7 @@ type settingsAt struct {
 }
 
 // appendArgv appends ARGV[7..8] for a decision under margin (µs): the merchant, and the settings (see
-// family.lua's header).
+// the family's contract (lua/family/contract.lua)).
 func (p provider) appendArgv(argv []any, margin int64, merchant *merchantCall) []any {
 	if merchant == nil {
 		return append(argv, "", p.settingsAt(margin, nil))

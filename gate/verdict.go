@@ -76,7 +76,7 @@ func (v Verdict) Slot() time.Time { return v.Now.Add(v.Delay) }
 // stands for whichever of its requests the provider counts).
 func (v Verdict) Releasable() bool { return !v.Duplicate && !v.Moved }
 
-// The reply of a reserve, index by index, as family.lua's header documents it.
+// The reply of a reserve, index by index, as the family's contract (lua/family/contract.lua) documents it.
 const (
 	replyAllowed = iota
 	replyDuplicate
@@ -94,7 +94,7 @@ const (
 	replyLen
 )
 
-// verdictOf reads family.lua's reply to c, a reserve of one job (c.jobID, c.merchant, under c.margin).
+// verdictOf reads lua/family's reply to c, a reserve of one job (c.jobID, c.merchant, under c.margin).
 func verdictOf(p provider, providerName string, c call, reply []int64) (Verdict, error) {
 	policies := p.policies
 	if c.merchant != nil {
@@ -120,7 +120,7 @@ func verdictOf(p provider, providerName string, c call, reply []int64) (Verdict,
 	if reply[replyAdmittedAt] > 0 {
 		v.AdmittedAt = time.UnixMicro(reply[replyAdmittedAt])
 	}
-	switch reply[replyLease] { // family.lua's lease members
+	switch reply[replyLease] { // lua/family's lease members
 	case 1:
 		v.Lease = c.jobID + "\x00" + strconv.FormatInt(reply[replyNow], 10)
 	case 2:

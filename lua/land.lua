@@ -1,8 +1,8 @@
--- land.lua: end an in-flight lease (family.lua, S[7]): the job's request has ended, whatever its
+-- land.lua: end an in-flight lease (lua/family, S[7]): the job's request has ended, whatever its
 -- outcome, or the job gave its admission up. The first job held back by the cap may then go: the landing
 -- is announced, so that workers waiting for a lease ask again at once rather than at their next poll.
 --
--- KEYS[1] -> <prefix>:{<provider>}:flight  ZSET  the leases (see family.lua)
+-- KEYS[1] -> <prefix>:{<provider>}:flight  ZSET  the leases (see lua/family)
 --
 -- ARGV[1] -> the lease: id.."\0"..now_us of the admission that took it (id.."\0d"..now_us: a duplicate)
 -- ARGV[2] -> the announcement channel, <prefix>:pauses

@@ -1,6 +1,6 @@
 -- limits.lua: a provider's live limits, put over the configured ones by an operator (`worker limits set`)
 -- or by the provider's own announcements (providers.<name>.limits_from_headers). Every decision of
--- family.lua checks their version (its KEYS[#KEYS-3], S[9]) before it reads or writes anything, so
+-- lua/family checks their version (its KEYS[#KEYS-3], S[9]) before it reads or writes anything, so
 -- that once `set` or `reset` returns, no decision is made under the limits it replaced.
 --
 -- KEYS[1] -> <prefix>:{<provider>}:limits  HASH  version: how many times the live limits changed (only
@@ -9,7 +9,7 @@
 --                                                ones); source: who set them, 'override' or 'headers';
 --                                                at: when they last changed (µs, Redis clock). Never
 --                                                expires: it is configuration
--- KEYS[2] -> <prefix>:{<provider>}:pace    STRING the pace's arrival time (family.lua): a change deletes it,
+-- KEYS[2] -> <prefix>:{<provider>}:pace    STRING the pace's arrival time (lua/family): a change deletes it,
 --                                                since it was spaced for the old limits
 --
 -- ARGV[1] -> op: 'set', 'reset', 'show' or 'learn'

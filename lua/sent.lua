@@ -2,7 +2,7 @@
 -- not be settled (the broker will deliver it again). A stale redelivery of it is then a plain duplicate:
 -- the provider counted the first request and will only replay it, so the gate need not move its entry.
 --
--- KEYS[1] -> <prefix>:{<provider>}:marks  ZSET   the id record's marks (family.lua): member id.."\0s",
+-- KEYS[1] -> <prefix>:{<provider>}:marks  ZSET   the id record's marks (lua/family): member id.."\0s",
 --                                                score = until when the mark matters (µs, Redis clock)
 --
 -- ARGV[1] -> job id, as admitted

@@ -9,7 +9,7 @@ GO ?= go
 # Minimising each new input is bounded to a second (-fuzzminimizetime), so the ten seconds go to fuzzing
 # rather than to shrinking inputs the decoder refuses at once.
 test: services fmt vet lint
-	$(GO) test -race -count=1 -timeout 5m $$($(GO) list ./... | grep -v '/cmd/worker$$')
+	$(GO) test -race -count=1 -timeout 8m $$($(GO) list ./... | grep -v '/cmd/worker$$')
 	$(GO) test -race -count=1 -timeout 12m -skip '^TestFault' ./cmd/worker
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s -fuzzminimizetime 1s ./job
 	$(GO) test -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 10s -fuzzminimizetime 1s ./job

@@ -116,6 +116,26 @@ func (c *Config) Validate() error {
 
 func (pr Provider) validate(p *problems, path, name string, margin time.Duration) {
 	p.check(job.ValidProvider(name), path, "provider name must match %s, got %q", job.ProviderPattern, name)
+	pr.validateEndpoint(p, path)
+	pr.validateAlgorithm(p, path)
+	if pr.Adaptive != nil {
+		pr.validateAdaptive(p, path)
+	}
+	p.limits(path, pr.Algorithm, pr.Limits, margin)
+	p.merchants(path, pr, margin)
+	pr.validateBurst(p, path)
+	p.check(pr.MaxInFlight >= 0 && pr.MaxInFlight <= MaxInFlight, path+".max_in_flight",
+		"must be 0 (no cap)..%d, got %d", MaxInFlight, pr.MaxInFlight)
+	// A lease outlives the slot by the timeout and a slack; a worker sends no later than margin/2 after
+	// its slot, so with no margin a late request could outlive its lease.
+	p.check(pr.MaxInFlight <= 0 || margin > 0, path+".max_in_flight",
+		"needs gate.margin > 0 (a worker with no late limit could send after its lease lapsed), got %d with gate.margin 0", pr.MaxInFlight)
+	pr.validateRequest(p, path)
+	pr.validateRetries(p, path)
+}
+
+// validateEndpoint checks where the provider's requests go (url) and how long they may take (timeout).
+func (pr Provider) validateEndpoint(p *problems, path string) {
 	if u, err := url.Parse(pr.URL); pr.URL == "" {
 		p.add(path+".url", "required: the provider's API, an absolute http or https URL")
 	} else {
@@ -123,6 +143,10 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 			path+".url", "must be an absolute http or https URL, got %q", pr.URL)
 	}
 	p.check(pr.Timeout > 0, path+".timeout", "must be > 0, got %s", pr.Timeout)
+}
+
+// validateAlgorithm checks the gate's algorithm, its mode and the buckets of a sliding window.
+func (pr Provider) validateAlgorithm(p *problems, path string) {
 	p.check(slices.Contains(Algorithms, pr.Algorithm), path+".algorithm", "unknown algorithm %q (supported: %s)", pr.Algorithm, strings.Join(Algorithms, ", "))
 	p.check(pr.Mode == ModeEnforce || pr.Mode == ModeShadow, path+".mode", "must be %s or %s, got %q", ModeEnforce, ModeShadow, pr.Mode)
 	switch {
@@ -131,34 +155,37 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	case pr.Buckets != 0 && (pr.Buckets < 1 || pr.Buckets > gate.MaxBuckets):
 		p.add(path+".buckets", "must be 1..%d, got %d", gate.MaxBuckets, pr.Buckets)
 	}
-	if pr.Adaptive != nil {
-		lo, _, err := pr.Adaptive.Range()
-		if err != nil {
-			p.add(path+".adaptive", "%v", err)
-		} else if len(pr.Limits) != 1 || pr.Limits[0].Requests != lo.Limit || pr.Limits[0].Per != lo.Window {
-			p.add(path+".limits", "leave out with adaptive: the limit is learned from adaptive.min (%s) up to adaptive.max", lo)
-		}
-		p.check(!pr.LimitsFromHeaders, path+".limits_from_headers", "is for a provider that announces its limits; adaptive is for one that does not: pick one")
-		p.check(pr.Mode != ModeShadow, path+".mode", "shadow sends whatever the gate says: there is nothing to learn from; leave out adaptive or shadow")
-		p.check(pr.Algorithm == string(gate.SlidingLog) || pr.Algorithm == string(gate.SlidingWindow) || pr.Algorithm == string(gate.FixedWindow),
-			path+".adaptive", "needs an algorithm that keeps a history (sliding_log, sliding_window, fixed_window): %s starts afresh, with a warm-up, at every change of its limits", pr.Algorithm)
-		if _, hi, err := pr.Adaptive.Range(); err == nil && pr.Algorithm == string(gate.SlidingLog) && hi.Limit > gate.MaxSlidingLogLimit {
-			p.add(path+".adaptive", "max must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window), got %d", gate.MaxSlidingLogLimit, hi.Limit)
-		}
+}
+
+// validateAdaptive checks an adaptive limit (pr.Adaptive is set) against the rest of the provider's settings.
+func (pr Provider) validateAdaptive(p *problems, path string) {
+	lo, _, err := pr.Adaptive.Range()
+	if err != nil {
+		p.add(path+".adaptive", "%v", err)
+	} else if len(pr.Limits) != 1 || pr.Limits[0].Requests != lo.Limit || pr.Limits[0].Per != lo.Window {
+		p.add(path+".limits", "leave out with adaptive: the limit is learned from adaptive.min (%s) up to adaptive.max", lo)
 	}
-	p.limits(path, pr.Algorithm, pr.Limits, margin)
-	p.merchants(path, pr, margin)
+	p.check(!pr.LimitsFromHeaders, path+".limits_from_headers", "is for a provider that announces its limits; adaptive is for one that does not: pick one")
+	p.check(pr.Mode != ModeShadow, path+".mode", "shadow sends whatever the gate says: there is nothing to learn from; leave out adaptive or shadow")
+	p.check(pr.Algorithm == string(gate.SlidingLog) || pr.Algorithm == string(gate.SlidingWindow) || pr.Algorithm == string(gate.FixedWindow),
+		path+".adaptive", "needs an algorithm that keeps a history (sliding_log, sliding_window, fixed_window): %s starts afresh, with a warm-up, at every change of its limits", pr.Algorithm)
+	if _, hi, err := pr.Adaptive.Range(); err == nil && pr.Algorithm == string(gate.SlidingLog) && hi.Limit > gate.MaxSlidingLogLimit {
+		p.add(path+".adaptive", "max must be <= %d under sliding_log, which keeps one entry per unit of cost (use sliding_window), got %d", gate.MaxSlidingLogLimit, hi.Limit)
+	}
+}
+
+// validateBurst checks the burst against the shortest limit, once every limit is valid.
+func (pr Provider) validateBurst(p *problems, path string) {
 	if valid := !slices.ContainsFunc(pr.Limits, func(l Limit) bool { return l.Requests < 1 || l.Per <= 0 }); valid && len(pr.Limits) > 0 {
 		shortest := gate.ShortestPolicy(pr.Policies()) // the limit the gate paces by
 		p.check(pr.Burst >= 1 && pr.Burst <= shortest.Limit, path+".burst",
 			"must be 1..%d (the requests of the shortest limit, %d per %s), got %d", shortest.Limit, shortest.Limit, shortest.Window, pr.Burst)
 	}
-	p.check(pr.MaxInFlight >= 0 && pr.MaxInFlight <= MaxInFlight, path+".max_in_flight",
-		"must be 0 (no cap)..%d, got %d", MaxInFlight, pr.MaxInFlight)
-	// A lease outlives the slot by the timeout and a slack; a worker sends no later than margin/2 after
-	// its slot, so with no margin a late request could outlive its lease.
-	p.check(pr.MaxInFlight <= 0 || margin > 0, path+".max_in_flight",
-		"needs gate.margin > 0 (a worker with no late limit could send after its lease lapsed), got %d with gate.margin 0", pr.MaxInFlight)
+}
+
+// validateRequest checks what a request to the provider carries: its method, headers, credentials and
+// idempotency key.
+func (pr Provider) validateRequest(p *problems, path string) {
 	p.check(slices.Contains([]string{"POST", "PUT", "PATCH"}, pr.Method), path+".method", "must be POST, PUT or PATCH, got %q", pr.Method)
 	for h := range pr.Headers {
 		p.check(headerName.MatchString(h), path+".headers."+h, "must be an HTTP header name")
@@ -173,6 +200,10 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 		p.env(path+".auth_env", pr.AuthEnv, false)
 	}
 	p.check(headerName.MatchString(pr.IdempotencyHeader), path+".idempotency_header", "must be an HTTP header name, got %q", pr.IdempotencyHeader)
+}
+
+// validateRetries checks which answers are retried and how long a 429 waits without a Retry-After.
+func (pr Provider) validateRetries(p *problems, path string) {
 	for i, st := range pr.RetryOn {
 		p.check(st >= 400 && st <= 499 && st != 429, fmt.Sprintf("%s.retry_on[%d]", path, i), "must be a 4xx status other than 429, got %d", st)
 	}

@@ -49,86 +49,124 @@ func kafkaCensus(ctx context.Context, cfg *config.Config) (c *census, err error)
 	}
 	tr := cluster.Transport()
 	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(cluster.Brokers...), Timeout: 10 * time.Second, Transport: tr}
 	names := wire.BrokerNames(cfg)
-	dead := names.Dead
-	topics := append(append(slices.Clone(names.Providers), names.Delays...), dead)
+	k := kafkaTopics{
+		cluster: cluster,
+		cl:      &kafkago.Client{Addr: kafkago.TCP(cluster.Brokers...), Timeout: 10 * time.Second, Transport: tr},
+		names:   append(append(slices.Clone(names.Providers), names.Delays...), names.Dead),
+		dead:    names.Dead,
+	}
 	defer func() {
 		if derr := wire.DeleteBroker(context.WithoutCancel(ctx), cfg, wire.Options{}); derr != nil && err == nil {
 			err = fmt.Errorf("demo: deleting the demo's topics: %w", derr)
 		}
 	}()
-	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: topics})
+	fetch, list, err := k.partitions(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: metadata: %w", err)
+		return nil, err
 	}
-	fetch := map[string][]int{}
-	list := map[string][]kafkago.OffsetRequest{}
-	for _, t := range meta.Topics {
-		if t.Error != nil {
-			return nil, fmt.Errorf("kafka: metadata of %s: %w", t.Name, t.Error)
-		}
-		for _, p := range t.Partitions {
-			fetch[t.Name] = append(fetch[t.Name], p.ID)
-			list[t.Name] = append(list[t.Name], kafkago.FirstOffsetOf(p.ID), kafkago.LastOffsetOf(p.ID))
-		}
-	}
-	if len(fetch) != len(topics) {
-		return nil, fmt.Errorf("kafka: metadata names %d of the demo's %d topics", len(fetch), len(topics))
-	}
-	committed, err := cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: fetch})
+	committed, err := k.cl.OffsetFetch(ctx, &kafkago.OffsetFetchRequest{GroupID: group, Topics: fetch})
 	if err == nil && committed.Error != nil {
 		err = committed.Error
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kafka: committed offsets: %w", err)
 	}
-	ends, err := cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: list})
+	ends, err := k.cl.ListOffsets(ctx, &kafkago.ListOffsetsRequest{Topics: list})
 	if err != nil {
 		return nil, fmt.Errorf("kafka: list offsets: %w", err)
 	}
-	from := func(topic string, p int) int64 {
-		for _, o := range committed.Topics[topic] {
-			if o.Partition == p {
-				return o.CommittedOffset // -1: nothing committed
-			}
-		}
-		return -1
-	}
-	for _, topic := range topics {
-		if got, want := len(ends.Topics[topic]), len(fetch[topic]); got != want {
-			return nil, fmt.Errorf("kafka: offsets of %d of the %d partitions of %s", got, want, topic)
-		}
-		for _, po := range ends.Topics[topic] {
-			if po.Error != nil {
-				return nil, fmt.Errorf("kafka: offsets of %s/%d: %w", topic, po.Partition, po.Error)
-			}
-			start := max(po.FirstOffset, 0)
-			if f := from(topic, po.Partition); topic != dead && f > start {
-				start = f
-			}
-			err := readPartition(ctx, cluster, topic, po.Partition, start, po.LastOffset, func(m kafkago.Message) {
-				if topic != dead {
-					c.queued[jobID(m.Value)] = true
-					return
-				}
-				d := deadLetter{id: jobID(m.Value)}
-				for _, h := range m.Headers {
-					switch h.Key {
-					case consumers.HeaderProvider:
-						d.provider = string(h.Value)
-					case consumers.HeaderReason:
-						d.reason = string(h.Value)
-					}
-				}
-				c.dead = append(c.dead, d)
-			})
-			if err != nil {
-				return nil, err
-			}
+	for _, topic := range k.names {
+		if err := k.readTopic(ctx, c, topic, len(fetch[topic]), ends.Topics[topic], committed); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// kafkaTopics are the demo's topics on a cluster, as a census reads them.
+type kafkaTopics struct {
+	cluster kafka.Cluster
+	cl      *kafkago.Client
+	names   []string // provider topics, retry topics, then the dead-letter topic
+	dead    string
+}
+
+// partitions reads the topics' partitions from the metadata: for each topic, their ids (to fetch the
+// committed offsets) and the requests for their first and last offsets.
+func (k kafkaTopics) partitions(ctx context.Context) (fetch map[string][]int, list map[string][]kafkago.OffsetRequest, err error) {
+	meta, err := k.cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: k.names})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: metadata: %w", err)
+	}
+	fetch = map[string][]int{}
+	list = map[string][]kafkago.OffsetRequest{}
+	for _, t := range meta.Topics {
+		if t.Error != nil {
+			return nil, nil, fmt.Errorf("kafka: metadata of %s: %w", t.Name, t.Error)
+		}
+		for _, p := range t.Partitions {
+			fetch[t.Name] = append(fetch[t.Name], p.ID)
+			list[t.Name] = append(list[t.Name], kafkago.FirstOffsetOf(p.ID), kafkago.LastOffsetOf(p.ID))
+		}
+	}
+	if len(fetch) != len(k.names) {
+		return nil, nil, fmt.Errorf("kafka: metadata names %d of the demo's %d topics", len(fetch), len(k.names))
+	}
+	return fetch, list, nil
+}
+
+// readTopic adds to c the records of a topic's partitions (want of them, with offsets ends): a provider or
+// retry topic from the group's committed offset, the dead-letter topic from its start.
+func (k kafkaTopics) readTopic(ctx context.Context, c *census, topic string, want int, ends []kafkago.PartitionOffsets,
+	committed *kafkago.OffsetFetchResponse) error {
+	if got := len(ends); got != want {
+		return fmt.Errorf("kafka: offsets of %d of the %d partitions of %s", got, want, topic)
+	}
+	dead := topic == k.dead
+	for _, po := range ends {
+		if po.Error != nil {
+			return fmt.Errorf("kafka: offsets of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		start := max(po.FirstOffset, 0)
+		if f := committedOffset(committed, topic, po.Partition); !dead && f > start {
+			start = f
+		}
+		err := readPartition(ctx, k.cluster, topic, po.Partition, start, po.LastOffset, func(m kafkago.Message) { c.addRecord(m, dead) })
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// committedOffset is the group's committed offset of topic/partition (-1: nothing committed).
+func committedOffset(committed *kafkago.OffsetFetchResponse, topic string, partition int) int64 {
+	for _, o := range committed.Topics[topic] {
+		if o.Partition == partition {
+			return o.CommittedOffset // -1: nothing committed
+		}
+	}
+	return -1
+}
+
+// addRecord counts a Kafka record: a job still queued, or (dead) a dead letter with the provider and reason
+// its headers carry.
+func (c *census) addRecord(m kafkago.Message, dead bool) {
+	if !dead {
+		c.queued[jobID(m.Value)] = true
+		return
+	}
+	d := deadLetter{id: jobID(m.Value)}
+	for _, h := range m.Headers {
+		switch h.Key {
+		case consumers.HeaderProvider:
+			d.provider = string(h.Value)
+		case consumers.HeaderReason:
+			d.reason = string(h.Value)
+		}
+	}
+	c.dead = append(c.dead, d)
 }
 
 // readPartition hands fn the records of topic/partition at offsets [from, to).

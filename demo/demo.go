@@ -277,103 +277,30 @@ func (e *env) run(ctx context.Context, o Options) (*Summary, error) {
 	}
 	defer producer.Close()
 
-	work, stopWork := context.WithCancel(ctx)
-	defer stopWork()
-	var workers []*worker
-	var wg sync.WaitGroup
-	runErrs := make(chan error, o.Workers)
-	for n := range o.Workers {
-		wk, err := e.newWorker(ctx, o, n+1, st)
-		if err != nil {
-			stopWork()
-			wg.Wait()
-			for _, w := range workers {
-				w.Close()
-			}
-			return nil, err
-		}
-		workers = append(workers, wk)
-		wg.Go(func() { _ = wk.Watch(work, wk.w) }) // as worker run does
-		wg.Go(func() {
-			if err := wk.w.Run(work, wk.Broker); err != nil {
-				runErrs <- fmt.Errorf("demo: worker %d: %w", n+1, err)
-				stopWork() // one worker down is a failed demo: stop, report, exit non-zero
-			}
-		})
+	f, err := e.startFleet(ctx, o, st)
+	if err != nil {
+		return nil, err
 	}
-
-	// Every worker in the consumer group before the first job: a member joining later rebalances the
-	// group, and a rebalance in the measured span costs it a second or two of dispatching (Kafka; RabbitMQ
-	// is ready at once). A group that does not settle within the allowance is measured as it is.
-	settle := time.Now().Add(15 * time.Second)
-	for time.Now().Before(settle) && ctx.Err() == nil && !allReady(workers) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	defer f.stop()
+	f.awaitGroup(ctx)
 	p := newProducer(producer, e.refs)
-	// The workers finish what they hold once the backlog phase ends: up to maxInlineWait for the furthest
-	// reservation. That time comes out of the duration, so the run ends when asked.
-	limit := o.Duration - drainAllowance
-	if limit < o.Duration/2 {
-		limit = o.Duration / 2
-	}
-	if o.Duration == 0 { // --jobs alone: until they are done, within twice the time the budgets need
-		limit = 30*time.Second + time.Duration(2*float64(o.Jobs)/totalRate()*float64(time.Second))
-	}
-	deadline := time.NewTimer(limit - time.Since(began)) // the wait for the group counts in the time asked
+	deadline := time.NewTimer(runLimit(o) - time.Since(began)) // the wait for the group counts in the time asked
 	defer deadline.Stop()
 	if o.Jobs > 0 {
 		if err := p.upFront(ctx, o.Jobs); err != nil {
-			stopWork()
-			wg.Wait()
-			for _, w := range workers {
-				w.Close()
-			}
+			f.abort()
 			return nil, fmt.Errorf("demo: enqueue: %w", err)
 		}
 	}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
 	prog := newProgress(o.Progress, o.Terminal, e.refs, p)
-	lastDraw := time.Time{}
-loop:
-	for {
-		if o.Jobs == 0 {
-			if err := p.topUp(ctx); err != nil && ctx.Err() == nil {
-				o.Log.Warn("demo: producer", zap.Error(err))
-			}
-		} else if p.allAccepted() {
-			break
-		}
-		if time.Since(lastDraw) >= prog.every {
-			prog.draw(time.Since(began))
-			lastDraw = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-work.Done(): // a worker failed
-			break loop
-		case <-deadline.C:
-			break loop
-		case <-tick.C:
-		}
-	}
+	keepUp(ctx, o, p, prog, began, f.stopped, deadline.C)
 	// Stop taking jobs; what the workers hold (reserved slots, requests in flight) is finished and settled.
-	stopWork()
-	wg.Wait()
+	f.drain()
 	prog.draw(time.Since(began))
 	prog.done()
-	for _, w := range workers {
-		w.Close()
-	}
+	f.close()
 	_ = producer.Close()
-
-	close(runErrs)
-	var errs []error
-	for err := range runErrs {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := f.err(); err != nil {
 		return nil, err
 	}
 
@@ -387,6 +314,123 @@ loop:
 	s.Workers = o.Workers
 	s.Seconds = time.Since(began).Seconds()
 	return s, nil
+}
+
+// fleet is the demo's running workers.
+type fleet struct {
+	workers []*worker
+	wg      sync.WaitGroup
+	errs    chan error         // a worker whose Run failed (one slot a worker)
+	stop    context.CancelFunc // ends the workers' context: they stop taking jobs
+	stopped <-chan struct{}    // closed once the workers' context ends (stop, or the run's context)
+}
+
+// startFleet starts o.Workers workers, each watching its configuration and running, as worker run does.
+// A worker that fails stops them all: one worker down is a failed demo. If one cannot be built, those
+// started are stopped and closed.
+func (e *env) startFleet(ctx context.Context, o Options, st *gateStats) (*fleet, error) {
+	work, stopWork := context.WithCancel(ctx)
+	f := &fleet{errs: make(chan error, o.Workers), stop: stopWork, stopped: work.Done()}
+	for n := range o.Workers {
+		wk, err := e.newWorker(ctx, o, n+1, st)
+		if err != nil {
+			f.abort()
+			return nil, err
+		}
+		f.workers = append(f.workers, wk)
+		f.wg.Go(func() { _ = wk.Watch(work, wk.w) }) // as worker run does
+		f.wg.Go(func() {
+			if err := wk.w.Run(work, wk.Broker); err != nil {
+				f.errs <- fmt.Errorf("demo: worker %d: %w", n+1, err)
+				stopWork() // one worker down is a failed demo: stop, report, exit non-zero
+			}
+		})
+	}
+	return f, nil
+}
+
+// awaitGroup waits until every worker is in the consumer group before the first job: a member joining
+// later rebalances the group, and a rebalance in the measured span costs it a second or two of
+// dispatching (Kafka; RabbitMQ is ready at once). A group that does not settle within the allowance is
+// measured as it is.
+func (f *fleet) awaitGroup(ctx context.Context) {
+	settle := time.Now().Add(15 * time.Second)
+	for time.Now().Before(settle) && ctx.Err() == nil && !allReady(f.workers) {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// drain stops the workers taking jobs and waits until they have finished and settled what they hold.
+func (f *fleet) drain() {
+	f.stop()
+	f.wg.Wait()
+}
+
+// close closes every worker's clients.
+func (f *fleet) close() {
+	for _, w := range f.workers {
+		w.Close()
+	}
+}
+
+// abort stops and closes the workers at once, when the run cannot go on.
+func (f *fleet) abort() {
+	f.drain()
+	f.close()
+}
+
+// err is the workers' failures, once they have all stopped (nil: none failed).
+func (f *fleet) err() error {
+	close(f.errs)
+	var errs []error
+	for err := range f.errs {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// runLimit is how long the backlog phase may last from the start of the run. The workers finish what they
+// hold once it ends: up to maxInlineWait for the furthest reservation. That time comes out of the
+// duration, so the run ends when asked.
+func runLimit(o Options) time.Duration {
+	limit := o.Duration - drainAllowance
+	if limit < o.Duration/2 {
+		limit = o.Duration / 2
+	}
+	if o.Duration == 0 { // --jobs alone: until they are done, within twice the time the budgets need
+		limit = 30*time.Second + time.Duration(2*float64(o.Jobs)/totalRate()*float64(time.Second))
+	}
+	return limit
+}
+
+// keepUp is the backlog phase: it keeps the backlog up (with o.Jobs: waits until every job is accepted)
+// and draws the progress, until ctx ends, the workers stop (one failed), or the deadline.
+func keepUp(ctx context.Context, o Options, p *producer, prog *progress, began time.Time, stopped <-chan struct{}, deadline <-chan time.Time) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	lastDraw := time.Time{}
+	for {
+		if o.Jobs == 0 {
+			if err := p.topUp(ctx); err != nil && ctx.Err() == nil {
+				o.Log.Warn("demo: producer", zap.Error(err))
+			}
+		} else if p.allAccepted() {
+			return
+		}
+		if time.Since(lastDraw) >= prog.every {
+			prog.draw(time.Since(began))
+			lastDraw = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-stopped: // a worker failed
+			return
+		case <-deadline:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // allReady reports whether every worker's broker is consuming (on Kafka: in the group's generation).

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/gate"
@@ -17,6 +18,16 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s: valid\n", path)
+	printServices(stdout, c)
+	if err := printProviders(stdout, c); err != nil {
+		return err
+	}
+	printCapacity(stdout, c)
+	return nil
+}
+
+// printServices prints the lines for Redis, the broker and the gate.
+func printServices(stdout io.Writer, c *config.Config) {
 	fmt.Fprintf(stdout, "redis:  %s, key prefix %q\n", c.Redis, c.Redis.KeyPrefix)
 	switch c.Broker.Kind {
 	case "rabbitmq":
@@ -30,51 +41,67 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprintf(stdout, "gate:   margin %s\n", c.Gate.Margin)
 	}
+}
+
+// printProviders prints the table of providers, one row each.
+func printProviders(stdout io.Writer, c *config.Config) error {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tLIMITS\tALGORITHM\tPACE\tTIMEOUT\tURL")
 	for _, name := range c.ProviderNames() {
 		p := c.Providers[name]
-		var limits []string
-		for _, pol := range p.Policies() {
-			limits = append(limits, pol.String())
-		}
-		algo := p.Algorithm
-		if p.Buckets != 0 {
-			algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
-		}
-		if p.Mode == config.ModeShadow {
-			algo += ", shadow mode (nothing held back)"
-		}
-		if p.Adaptive != nil {
-			limits = []string{fmt.Sprintf("learned %s..%s", p.Adaptive.Min, p.Adaptive.Max)}
-		}
-		if p.MaxInFlight > 0 {
-			limits = append(limits, fmt.Sprintf("%d in flight", p.MaxInFlight))
-		}
-		if p.HasMerchants() {
-			algo += ", fair shares between merchants"
-			per, named := p.MerchantPolicies()
-			if len(per) > 0 {
-				limits = append(limits, "per merchant "+gate.FormatPolicies(per))
-			}
-			if len(named) > 0 {
-				limits = append(limits, fmt.Sprintf("%d named merchants", len(named)))
-			}
-		}
-		pace := "none (quotas only)"
-		if every := gate.PaceOf(p.Policies(), c.Gate.Margin); every > 0 && p.Burst >= gate.ShortestPolicy(p.Policies()).Limit {
-			pace = "none (burst = the limit)"
-		} else if every > 0 {
-			pace = "every " + every.String()
-			if p.Burst > 1 {
-				pace += fmt.Sprintf(", burst %d", p.Burst)
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, pace, p.Timeout, p.URL)
+		limits, algo := providerLimits(p)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, providerPace(p, c.Gate.Margin), p.Timeout, p.URL)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	return tw.Flush()
+}
+
+// providerLimits is a provider's LIMITS and ALGORITHM columns.
+func providerLimits(p config.Provider) (limits []string, algo string) {
+	for _, pol := range p.Policies() {
+		limits = append(limits, pol.String())
 	}
+	algo = p.Algorithm
+	if p.Buckets != 0 {
+		algo = fmt.Sprintf("%s (%d buckets)", algo, p.Buckets)
+	}
+	if p.Mode == config.ModeShadow {
+		algo += ", shadow mode (nothing held back)"
+	}
+	if p.Adaptive != nil {
+		limits = []string{fmt.Sprintf("learned %s..%s", p.Adaptive.Min, p.Adaptive.Max)}
+	}
+	if p.MaxInFlight > 0 {
+		limits = append(limits, fmt.Sprintf("%d in flight", p.MaxInFlight))
+	}
+	if p.HasMerchants() {
+		algo += ", fair shares between merchants"
+		per, named := p.MerchantPolicies()
+		if len(per) > 0 {
+			limits = append(limits, "per merchant "+gate.FormatPolicies(per))
+		}
+		if len(named) > 0 {
+			limits = append(limits, fmt.Sprintf("%d named merchants", len(named)))
+		}
+	}
+	return limits, algo
+}
+
+// providerPace is a provider's PACE column: how far apart the gate spaces its requests.
+func providerPace(p config.Provider, margin time.Duration) string {
+	pace := "none (quotas only)"
+	if every := gate.PaceOf(p.Policies(), margin); every > 0 && p.Burst >= gate.ShortestPolicy(p.Policies()).Limit {
+		pace = "none (burst = the limit)"
+	} else if every > 0 {
+		pace = "every " + every.String()
+		if p.Burst > 1 {
+			pace += fmt.Sprintf(", burst %d", p.Burst)
+		}
+	}
+	return pace
+}
+
+// printCapacity prints what the fleet can do and the warnings about it.
+func printCapacity(stdout io.Writer, c *config.Config) {
 	lines, warn := capacity(c)
 	fmt.Fprintln(stdout, "capacity:")
 	for _, l := range lines {
@@ -83,5 +110,4 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 	for _, w := range warn {
 		fmt.Fprintln(stdout, "warning: "+w)
 	}
-	return nil
 }

@@ -512,72 +512,94 @@ func (p *Provider) SetLimits(limits []Window) error {
 }
 
 func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/limits" { // {"limits": "50/1s,1000/1m"}: enforce these from now on
-		if r.Method != http.MethodPost {
-			http.Error(w, "POST /limits", http.StatusMethodNotAllowed)
-			return
-		}
-		var body struct {
-			Limits string `json:"limits"`
-		}
-		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&body); err != nil {
-			http.Error(w, "limits: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		ws, err := ParseLimits(body.Limits)
-		if err == nil {
-			err = p.SetLimits(ws)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	switch r.URL.Path {
+	case "/limits":
+		p.serveLimits(w, r)
+	case "/keys", "/accepted":
+		p.serveAccepted(w, r)
+	case "/faults":
+		p.serveFaults(w, r)
+	case "/stats":
+		p.serveStats(w, r)
+	default:
+		p.servePayment(w, r)
+	}
+}
+
+// serveLimits is POST /limits, {"limits": "50/1s,1000/1m"}: enforce these from now on.
+func (p *Provider) serveLimits(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST /limits", http.StatusMethodNotAllowed)
 		return
 	}
-	if r.URL.Path == "/keys" || r.URL.Path == "/accepted" {
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET "+r.URL.Path, http.StatusMethodNotAllowed)
-			return
-		}
-		var v any = p.AcceptedKeys() // the idempotency keys accepted (charged), for ledgers
-		if r.URL.Path == "/accepted" {
-			v = p.AcceptedAt() // when each arrived
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(v)
+	var body struct {
+		Limits string `json:"limits"`
+	}
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		http.Error(w, "limits: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if r.URL.Path == "/faults" {
-		if r.Method != http.MethodPost {
-			http.Error(w, "POST /faults", http.StatusMethodNotAllowed)
-			return
-		}
-		var f Faults
-		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&f); err != nil {
-			http.Error(w, "faults: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := p.SetFaults(f); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	ws, err := ParseLimits(body.Limits)
+	if err == nil {
+		err = p.SetLimits(ws)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if r.URL.Path == "/stats" {
-		if r.Method != http.MethodGet {
-			http.Error(w, "GET /stats", http.StatusMethodNotAllowed)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(p.Stats())
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// serveAccepted is GET /keys, the idempotency keys accepted (charged), for ledgers, and GET /accepted, when
+// each arrived.
+func (p *Provider) serveAccepted(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "GET "+r.URL.Path, http.StatusMethodNotAllowed)
 		return
 	}
+	var v any = p.AcceptedKeys()
+	if r.URL.Path == "/accepted" {
+		v = p.AcceptedAt()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// serveFaults is POST /faults: replace the injected faults.
+func (p *Provider) serveFaults(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST /faults", http.StatusMethodNotAllowed)
+		return
+	}
+	var f Faults
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		http.Error(w, "faults: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := p.SetFaults(f); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// serveStats is GET /stats.
+func (p *Provider) serveStats(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "GET /stats", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(p.Stats())
+}
+
+// servePayment is a payment request (POST, PUT or PATCH to any other path): counted in flight, admitted
+// against the limits and the injected faults, and answered as the verdict says.
+func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
 		http.Error(w, "payments are POST, PUT or PATCH", http.StatusMethodNotAllowed)
 		return
@@ -603,6 +625,12 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	v, resp, retry := p.admit(key, r.Header.Get(p.o.MerchantHeader), body)
 	p.announce(w.Header())
+	p.answer(w, r, v, resp, retry)
+}
+
+// answer answers an admitted payment request as its verdict says: resp after the latency when accepted
+// (or a duplicate), a 429 with Retry-After (retry) when over a limit, or the injected fault.
+func (p *Provider) answer(w http.ResponseWriter, r *http.Request, v verdict, resp []byte, retry time.Duration) {
 	switch v {
 	case down:
 		if hj, ok := w.(http.Hijacker); ok {
@@ -612,25 +640,22 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		writeJSON(w, http.StatusBadGateway, `{"error":"provider down"}`)
-		return
 	case hang:
 		select {
 		case <-r.Context().Done():
 		case <-time.After(p.o.HangFor):
 			writeJSON(w, http.StatusInternalServerError, `{"error":"hung request gave up"}`)
 		}
-		return
 	case fail:
 		p.sleep(r.Context())
 		writeJSON(w, http.StatusInternalServerError, `{"error":"injected failure"}`)
-		return
 	case violation, throttled:
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfterSeconds(retry)), 10))
 		writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limit exceeded"}`)
-		return
+	default: // accept, duplicate
+		p.sleep(r.Context())
+		writeJSON(w, http.StatusOK, string(resp))
 	}
-	p.sleep(r.Context())
-	writeJSON(w, http.StatusOK, string(resp))
 }
 
 // The ways Options.Headers announces the limits.

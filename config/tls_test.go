@@ -52,22 +52,7 @@ func TestTLSValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := config.Load(writeFile(t, tt.yaml+"\n"+oneProvider))
-			if tt.want == nil {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			var ve *config.ValidationError
-			if !errors.As(err, &ve) {
-				t.Fatalf("want a *ValidationError, got %v", err)
-			}
-			if !reflect.DeepEqual(ve.Problems, tt.want) {
-				t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(ve.Problems, "\n"), strings.Join(tt.want, "\n"))
-			}
-			if strings.Contains(err.Error(), "hunter2") {
-				t.Fatalf("the error shows the password: %v", err)
-			}
+			wantProblems(t, err, tt.want)
 		})
 	}
 }
@@ -139,5 +124,27 @@ func TestRabbitMQTLSConfig(t *testing.T) {
 	c.Broker.RabbitMQ.TLSCAFile = ""
 	if tc, err := c.Broker.RabbitMQ.TLSConfig(); tc != nil || err != nil {
 		t.Fatalf("without a CA file: %+v %v", tc, err)
+	}
+}
+
+// wantProblems checks that err lists exactly want (nil: no error), and that no error shows the test's
+// password (hunter2).
+func wantProblems(t *testing.T, err error, want []string) {
+	t.Helper()
+	if want == nil {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("want a *ValidationError, got %v", err)
+	}
+	if !reflect.DeepEqual(ve.Problems, want) {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(ve.Problems, "\n"), strings.Join(want, "\n"))
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("the error shows the password: %v", err)
 	}
 }

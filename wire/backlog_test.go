@@ -31,12 +31,7 @@ func TestBacklog(t *testing.T) {
 				c.Broker.Kafka.Brokers = kafkaBrokers(t)
 				c.Broker.Kafka.Group, c.Broker.Kafka.TopicPrefix = c.Redis.KeyPrefix, c.Redis.KeyPrefix
 			}
-			o := wire.Options{Secret: func(name string) string {
-				if name == "WIRE_TEST_AMQP_URL" {
-					return testenv.AMQPURL()
-				}
-				return ""
-			}}
+			o := testOptions()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			b, err := wire.OpenBroker(ctx, c, o)

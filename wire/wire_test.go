@@ -105,12 +105,7 @@ func TestBuild(t *testing.T) {
 	defer ref.Close()
 	c := testConfig(t, ref.URL()+"/pay", config.Limit{Requests: 10, Per: time.Second})
 	c.Gate.WarmUp = false
-	o := wire.Options{Secret: func(name string) string {
-		if name == "WIRE_TEST_AMQP_URL" {
-			return testenv.AMQPURL()
-		}
-		return ""
-	}}
+	o := testOptions()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	parts, err := wire.Build(ctx, c, o)
@@ -175,4 +170,14 @@ func TestPoolSize(t *testing.T) {
 	if got := rdb.(*redis.Client).Options().PoolSize; got != want {
 		t.Fatalf("the client's pool: %d, want %d", got, want)
 	}
+}
+
+// testOptions reads the test broker's URL as the worker reads its secret.
+func testOptions() wire.Options {
+	return wire.Options{Secret: func(name string) string {
+		if name == "WIRE_TEST_AMQP_URL" {
+			return testenv.AMQPURL()
+		}
+		return ""
+	}}
 }

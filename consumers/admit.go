@@ -143,10 +143,10 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, a *admission, err 
 	case err != nil:
 		// Fail closed: without the gate nothing is dispatched.
 		w.metrics.decided(a.provider, DecisionError)
-		w.redisLog.warn(w.log, w.now(), "gate unreachable: deferring jobs", zap.String("provider", a.provider), zap.Error(err))
-		s.deferFor(ctx, w.cfg.RedisRetry, OutcomeGateError, err)
+		w.gateUnreachable(ctx, s, err)
 		return false
 	case !v.Allowed:
+		w.outage.answered()
 		w.metrics.decided(a.provider, DecisionDenied)
 		s.deferFor(ctx, v.RetryAfter, OutcomeDeferred, fmt.Errorf("gate: no slot within %s (policy %s)", w.cfg.MaxInlineWait, v.Limit))
 		return false
@@ -159,6 +159,7 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, a *admission, err 
 	default:
 		a.decision = DecisionAllowed
 	}
+	w.outage.answered()
 	w.metrics.decided(a.provider, a.decision)
 	w.metrics.gateWait.WithLabelValues(a.provider).Observe(v.Delay.Seconds())
 	a.waited += v.Delay
@@ -166,11 +167,19 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, a *admission, err 
 	return true
 }
 
+// gateUnreachable defers a job the gate could not answer, for longer as the outage lasts (gateOutage). Its
+// settled line is a debug one: the warning, once per 10s, says how many it stands for.
+func (w *Worker) gateUnreachable(ctx context.Context, s *settlement, err error) {
+	now := w.now()
+	w.redisLog.Warn(w.log, now, "gate unreachable: deferring jobs", zap.String("provider", s.provider), zap.Error(err))
+	s.deferFor(ctx, w.outageRetry(now), OutcomeGateError, err)
+}
+
 // unacknowledged defers a job whose admission, or its move (Postpone), the replicas did not acknowledge
 // (redis.min_replicas_acked): the gate gave it back, and the job goes later.
 func (w *Worker) unacknowledged(ctx context.Context, s *settlement, err error) {
 	w.metrics.decided(s.provider, DecisionUnacknowledged)
-	w.redisLog.warn(w.log, w.now(), "admissions not acknowledged by the replicas: deferring jobs", zap.String("provider", s.provider), zap.Error(err))
+	w.redisLog.Warn(w.log, w.now(), "admissions not acknowledged by the replicas: deferring jobs", zap.String("provider", s.provider), zap.Error(err))
 	s.deferFor(ctx, w.cfg.RedisRetry, OutcomeUnacknowledged, err)
 }
 
@@ -187,7 +196,7 @@ func (w *Worker) shadowDecide(ctx context.Context, a *admission) {
 		return
 	case err != nil:
 		w.metrics.decided(a.provider, DecisionError)
-		w.redisLog.warn(w.log, w.now(), "gate unreachable; shadow mode sends jobs anyway", zap.String("provider", a.provider), zap.Error(err))
+		w.redisLog.Warn(w.log, w.now(), "gate unreachable; shadow mode sends jobs anyway", zap.String("provider", a.provider), zap.Error(err))
 		return
 	case !v.Allowed:
 		w.metrics.decided(a.provider, DecisionWouldDeny)

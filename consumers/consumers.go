@@ -52,6 +52,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/paygate/paygate/gate"
+	"github.com/paygate/paygate/internal/throttle"
 	"github.com/paygate/paygate/job"
 )
 
@@ -164,6 +165,9 @@ type Config struct {
 	BackoffBase     time.Duration // first transient retry waits up to this (full jitter), doubling
 	BackoffMax      time.Duration
 	RedisRetry      time.Duration // deferral when the gate cannot answer
+	// OutageTiers are the longer deferrals a gate outage walks up (the delay tiers): a job the gate cannot
+	// answer is deferred for the longest tier the outage has outlasted (see gateOutage). Empty: RedisRetry.
+	OutageTiers []time.Duration
 	// LateLimit: a job that wakes more than this after its slot gives the slot back and reserves again
 	// (0: never). Half the gate's margin (its floor) leaves the other half for the trip to the provider.
 	// It does not follow the margin in force: slots other workers decide with a narrower margin, or after
@@ -201,8 +205,9 @@ type Worker struct {
 	// announcements) are compared only with each other. Two local moments come from the gate's own
 	// time.Now (gate.Verdict.Asked, NoteDisconnect's): a test's clock leaves those out or sets them itself.
 	now      func() time.Time
-	redisLog *throttledLog        // warnings about the gate's Redis, at most one per 10s
-	lateLog  *throttledLog        // warnings about jobs deferred for waking late, at most one per 10s
+	redisLog *throttle.Log        // warnings about the gate's Redis, at most one per 10s
+	lateLog  *throttle.Log        // warnings about jobs deferred for waking late, at most one per 10s
+	outage   gateOutage           // how long the gate has not answered, for the deferrals' tiers
 	signals  *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
 	id       string               // this worker, to the gate's margin
 	late     map[string]*lateness // each provider's recent wake-ups, for ReportLateness
@@ -230,7 +235,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 		metrics = NewMetrics(nil)
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
-		redisLog: &throttledLog{every: 10 * time.Second}, lateLog: &throttledLog{every: 10 * time.Second},
+		redisLog: &throttle.Log{}, lateLog: &throttle.Log{},
 		signals: newSignals(), id: workerID(), late: newLateness(cfg.Providers)}, nil
 }
 
@@ -317,28 +322,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
-// throttledLog writes a repeated warning at most once per interval, with how many it swallowed.
-type throttledLog struct {
-	every  time.Duration
-	mu     sync.Mutex
-	last   time.Time
-	missed int
-}
-
-// warn writes msg unless another went out less than an interval before now (the worker's clock).
-func (t *throttledLog) warn(log *zap.Logger, now time.Time, msg string, fields ...zap.Field) {
-	t.mu.Lock()
-	if now.Sub(t.last) < t.every {
-		t.missed++
-		t.mu.Unlock()
-		return
-	}
-	missed := t.missed
-	t.last, t.missed = now, 0
-	t.mu.Unlock()
-	log.Warn(msg, append(fields, zap.Int("suppressed_since_last", missed))...)
 }
 
 // workerID names this process to the gate: host, pid and a random part (a pid is reused after a restart).

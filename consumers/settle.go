@@ -180,6 +180,10 @@ func (s *settlement) done(outcome Outcome, settleErr, why error, extra ...zap.Fi
 		s.w.log.Warn("job not settled; the broker will redeliver it", append(fields, zap.NamedError("settle_error", settleErr))...)
 		return
 	}
+	if outcome == OutcomeGateError { // counted by gateUnreachable's warning, once per 10s
+		s.w.log.Debug("job settled", fields...)
+		return
+	}
 	s.w.log.Info("job settled", fields...)
 }
 

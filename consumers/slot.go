@@ -127,7 +127,7 @@ func (w *Worker) giveUp(ctx context.Context, s *settlement, a *admission, state 
 	}
 	if a.verdict.Releasable() {
 		if _, err := w.gate.ReleaseFor(ctx, a.provider, a.merchant, a.gateID, a.cost, a.slot); err != nil {
-			s.deferFor(ctx, w.cfg.RedisRetry, OutcomeGateError, err)
+			w.gateUnreachable(ctx, s, err)
 			return false
 		}
 	}
@@ -144,7 +144,7 @@ func (w *Worker) giveUp(ctx context.Context, s *settlement, a *admission, state 
 		// Still late after re-reserving: this process cannot keep within the margin now (a starved CPU, a
 		// slow Redis). Sending late could exceed the provider's limit, which is never done: the job goes
 		// back to the broker for a while (not an attempt), and the log says why.
-		w.lateLog.warn(w.log, w.now(), "woke later than gate.margin/2 after repeated re-reservations: job deferred; raise gate.margin or give the worker more CPU",
+		w.lateLog.Warn(w.log, w.now(), "woke later than gate.margin/2 after repeated re-reservations: job deferred; raise gate.margin or give the worker more CPU",
 			zap.String("provider", a.provider), zap.Duration("late", a.late), zap.Duration("limit", w.cfg.LateLimit))
 		s.deferFor(ctx, w.cfg.RedisRetry, OutcomeLate, fmt.Errorf("woke %s after its slot %d times, more than half of gate.margin (%s)", a.late.Round(time.Microsecond), try, w.cfg.LateLimit))
 	}

@@ -134,7 +134,7 @@ func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter
 
 // Core returns the worker core's settings. Everything derived is derived here:
 //   - a transient retry backs off from the first delay tier up to the last, and a gate that cannot answer
-//     sends the job back for the first tier;
+//     sends the job back for the first tier, then, as the outage lasts, for the tiers it has outlasted;
 //   - a job that wakes more than half the margin (its floor) after its slot gives the slot back: the
 //     other half is the trip to the provider;
 //   - the largest cost a job may have is the provider's smallest limit.
@@ -149,6 +149,7 @@ func Core(c *config.Config) consumers.Config {
 		BackoffBase:     tiers[0],
 		BackoffMax:      tiers[len(tiers)-1],
 		RedisRetry:      tiers[0],
+		OutageTiers:     tiers,
 		LateLimit:       c.Gate.Margin / 2,
 		Providers:       MaxCosts(c),
 		Shadow:          shadowed(c),

@@ -55,11 +55,11 @@ func (w *Worker) watchDeparture(ctx context.Context, a *admission) (context.Cont
 					// at its slot: a failover now would count it there.
 					d.at = at
 					w.metrics.decided(provider, DecisionUnacknowledged)
-					w.redisLog.warn(w.log, w.now(), "a request written late was recorded where it went, but the replicas did not acknowledge it", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
+					w.redisLog.Warn(w.log, w.now(), "a request written late was recorded where it went, but the replicas did not acknowledge it", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
 					return
 				}
 				if err != nil {
-					w.redisLog.warn(w.log, w.now(), "a request written late could not be recorded where it went", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
+					w.redisLog.Warn(w.log, w.now(), "a request written late could not be recorded where it went", zap.String("provider", provider), zap.Duration("late", late), zap.Error(err))
 					return
 				}
 				if !at.IsZero() {

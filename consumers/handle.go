@@ -108,7 +108,7 @@ func (w *Worker) land(ctx context.Context, a *admission) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), landTimeout)
 	defer cancel()
 	if err := w.gate.Land(ctx, a.provider, a.lease); err != nil {
-		w.redisLog.warn(w.log, w.now(), "could not end an in-flight lease: it lapses by itself", zap.String("provider", a.provider), zap.Error(err))
+		w.redisLog.Warn(w.log, w.now(), "could not end an in-flight lease: it lapses by itself", zap.String("provider", a.provider), zap.Error(err))
 	}
 	a.lease = ""
 }

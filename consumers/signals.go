@@ -105,7 +105,7 @@ func (w *Worker) pause(ctx context.Context, provider string, d time.Duration) {
 	until := w.now().Add(d)
 	w.signals.paused(provider, until)
 	if err := w.gate.Pause(ctx, provider, until); err != nil {
-		w.redisLog.warn(w.log, w.now(), "gate unreachable: pause not shared", zap.String("provider", provider), zap.Error(err))
+		w.redisLog.Warn(w.log, w.now(), "gate unreachable: pause not shared", zap.String("provider", provider), zap.Error(err))
 	}
 }
 

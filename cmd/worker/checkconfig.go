@@ -11,7 +11,8 @@ import (
 	"github.com/paygate/paygate/gate"
 )
 
-// checkConfig is "worker check-config": validate a configuration file and print what it configures.
+// checkConfig is "worker check-config": validate a configuration file and print what it configures, then
+// warn about each secret its environment does not give (warnUnsetSecrets).
 func checkConfig(args []string, stdout, stderr io.Writer) error {
 	c, path, err := loadRunnable("check-config", args, stderr)
 	if err != nil {
@@ -23,6 +24,7 @@ func checkConfig(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	printCapacity(stdout, c)
+	warnUnsetSecrets(stderr, c)
 	return nil
 }
 

@@ -54,7 +54,10 @@ type Redis struct {
 	DB          int      `mapstructure:"db"`
 	TLS         bool     `mapstructure:"tls"`         // rediss:// addresses turn it on too
 	TLSCAFile   string   `mapstructure:"tls_ca_file"` // PEM file of the CAs to trust; empty: the system's roots
-	KeyPrefix   string   `mapstructure:"key_prefix"`
+	// TLSCertFile and TLSKeyFile, together, are the client certificate Redis may ask for (tls-auth-clients).
+	TLSCertFile string `mapstructure:"tls_cert_file"`
+	TLSKeyFile  string `mapstructure:"tls_key_file"`
+	KeyPrefix   string `mapstructure:"key_prefix"`
 	// MinReplicasAcked: an admission goes out only once this many replicas hold it (gate.Options.MinReplicasAcked).
 	MinReplicasAcked   int           `mapstructure:"min_replicas_acked"`
 	ReplicasAckTimeout time.Duration `mapstructure:"replicas_ack_timeout"`
@@ -98,6 +101,9 @@ type RabbitMQ struct {
 	ConsumerTimeout time.Duration `mapstructure:"consumer_timeout"`
 	// TLSCAFile is a PEM file of the CAs to trust for an amqps:// URL; empty: the system's roots.
 	TLSCAFile string `mapstructure:"tls_ca_file"`
+	// TLSCertFile and TLSKeyFile, together, are the client certificate the broker may ask for (amqps:// only).
+	TLSCertFile string `mapstructure:"tls_cert_file"`
+	TLSKeyFile  string `mapstructure:"tls_key_file"`
 }
 
 // Kafka configures the Kafka adapter.
@@ -343,6 +349,8 @@ var defaults = map[string]any{
 	"redis.db":                         0,
 	"redis.tls":                        false,
 	"redis.tls_ca_file":                "",
+	"redis.tls_cert_file":              "",
+	"redis.tls_key_file":               "",
 	"redis.key_prefix":                 "paygate",
 	"redis.min_replicas_acked":         0,
 	"redis.replicas_ack_timeout":       "50ms",
@@ -358,6 +366,8 @@ var defaults = map[string]any{
 	"broker.rabbitmq.prefetch":         32,
 	"broker.rabbitmq.consumer_timeout": "30m",
 	"broker.rabbitmq.tls_ca_file":      "",
+	"broker.rabbitmq.tls_cert_file":    "",
+	"broker.rabbitmq.tls_key_file":     "",
 	"broker.kafka.brokers":             []string{"127.0.0.1:9092"},
 	"broker.kafka.group":               "paygate",
 	"broker.kafka.topic_prefix":        "payments",

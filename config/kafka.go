@@ -13,21 +13,10 @@ var SASLMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 // validateSecurity checks the TLS and SASL keys: files that are set only with TLS on, and readable; a
 // client certificate with its key; a known mechanism with a user.
 func (k Kafka) validateSecurity(p *problems) {
-	files := []struct{ key, file string }{{"broker.kafka.tls_ca_file", k.TLSCAFile},
-		{"broker.kafka.tls_cert_file", k.TLSCertFile}, {"broker.kafka.tls_key_file", k.TLSKeyFile}}
-	if !k.TLS {
-		for _, f := range files {
-			p.check(f.file == "", f.key, "is set, but TLS is off: set broker.kafka.tls: true")
-		}
+	if k.TLS {
+		k.tlsFiles().validate(p)
 	} else {
-		if k.TLSCAFile != "" {
-			if _, err := caPool("broker.kafka.tls_ca_file", k.TLSCAFile); err != nil {
-				*p = append(*p, err.Error())
-			}
-		}
-		if _, err := k.clientCertificate(); err != nil {
-			*p = append(*p, err.Error())
-		}
+		k.tlsFiles().refuseWithoutTLS(p, "set broker.kafka.tls: true")
 	}
 	s := k.SASL
 	switch {
@@ -44,23 +33,6 @@ func (k Kafka) validateSecurity(p *problems) {
 	}
 }
 
-// clientCertificate reads broker.kafka.tls_cert_file and tls_key_file; nil when neither is set.
-func (k Kafka) clientCertificate() (*tls.Certificate, error) {
-	switch {
-	case k.TLSCertFile == "" && k.TLSKeyFile == "":
-		return nil, nil
-	case k.TLSKeyFile == "":
-		return nil, fmt.Errorf("broker.kafka.tls_key_file: required with broker.kafka.tls_cert_file (the client certificate's private key)")
-	case k.TLSCertFile == "":
-		return nil, fmt.Errorf("broker.kafka.tls_cert_file: required with broker.kafka.tls_key_file (the certificate of that key)")
-	}
-	c, err := keyPair("broker.kafka.tls_cert_file", k.TLSCertFile, "broker.kafka.tls_key_file", k.TLSKeyFile)
-	if err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
-
 // TLSConfig is the TLS configuration of every connection to the brokers, nil with broker.kafka.tls off:
 // TLS 1.2 or later, trusting the CAs in tls_ca_file (or else the system's roots), presenting the client
 // certificate of tls_cert_file and tls_key_file when they are set. The server name comes from the address
@@ -69,18 +41,7 @@ func (k Kafka) TLSConfig() (*tls.Config, error) {
 	if !k.TLS {
 		return nil, nil
 	}
-	c, err := tlsConfig("broker.kafka.tls_ca_file", k.TLSCAFile)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := k.clientCertificate()
-	if err != nil {
-		return nil, err
-	}
-	if cert != nil {
-		c.Certificates = []tls.Certificate{*cert}
-	}
-	return c, nil
+	return k.tlsFiles().config()
 }
 
 // Security describes TLS and SASL without secrets, for logs and check-config: whether the password's
@@ -88,14 +49,7 @@ func (k Kafka) TLSConfig() (*tls.Config, error) {
 func (k Kafka) Security() string {
 	var parts []string
 	if k.TLS {
-		s := "tls"
-		if k.TLSCAFile != "" {
-			s += " ca " + k.TLSCAFile
-		}
-		if k.TLSCertFile != "" {
-			s += " client certificate " + k.TLSCertFile
-		}
-		parts = append(parts, s)
+		parts = append(parts, "tls"+k.tlsFiles().describe())
 	} else {
 		parts = append(parts, "plaintext")
 	}

@@ -45,7 +45,7 @@ func (r Redis) TLSEnabled() bool {
 	return r.TLS
 }
 
-// validate checks the addresses, their schemes against redis.tls, and the CA file.
+// validate checks the addresses, their schemes against redis.tls, the CA file and the client certificate.
 func (r Redis) validate(p *problems) {
 	p.check(len(r.Addrs) > 0, "redis.addrs", "must list at least one host:port")
 	schemes := map[string]bool{}
@@ -70,19 +70,18 @@ func (r Redis) validate(p *problems) {
 	}
 	p.check(!r.TLS || !schemes["redis"], "redis.tls",
 		"is true, but redis.addrs says redis:// (plaintext); use rediss:// or drop the scheme")
-	if r.TLSCAFile != "" {
-		if !r.TLSEnabled() {
-			p.add("redis.tls_ca_file", "is set, but TLS is off: set redis.tls: true or use rediss:// addresses")
-		} else if _, err := caPool("redis.tls_ca_file", r.TLSCAFile); err != nil {
-			*p = append(*p, err.Error())
-		}
+	if r.TLSEnabled() {
+		r.tlsFiles().validate(p)
+	} else {
+		r.tlsFiles().refuseWithoutTLS(p, "set redis.tls: true or use rediss:// addresses")
 	}
 }
 
 // Options builds go-redis options for a single node, a Redis Cluster or Sentinel, with the password read
 // from the environment variable named by password_env. Addresses lose their scheme; rediss:// or
-// redis.tls turns on TLS 1.2+, trusting redis.tls_ca_file or else the system's roots. The error is about
-// the CA file (validated already, but read again here).
+// redis.tls turns on TLS 1.2+, trusting redis.tls_ca_file or else the system's roots, and presenting the
+// client certificate of redis.tls_cert_file and tls_key_file when they are set. The error is about those
+// files (validated already, but read again here).
 func (r Redis) Options() (*redis.UniversalOptions, error) {
 	addrs := make([]string, len(r.Addrs))
 	for i, a := range r.Addrs {
@@ -96,7 +95,7 @@ func (r Redis) Options() (*redis.UniversalOptions, error) {
 		DB:         r.DB,
 	}
 	if r.TLSEnabled() {
-		c, err := tlsConfig("redis.tls_ca_file", r.TLSCAFile)
+		c, err := r.tlsFiles().config()
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}
@@ -115,10 +114,7 @@ func (r Redis) String() string {
 		s += fmt.Sprintf(" db %d", r.DB)
 	}
 	if r.TLSEnabled() {
-		s += " tls"
-		if r.TLSCAFile != "" {
-			s += " ca " + r.TLSCAFile
-		}
+		s += " tls" + r.tlsFiles().describe()
 	}
 	if r.PasswordEnv != "" && Secret(r.PasswordEnv) != "" {
 		s += " auth from $" + r.PasswordEnv

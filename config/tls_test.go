@@ -22,6 +22,9 @@ func TestTLSValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(t.TempDir(), "missing.pem")
+	ca := testtls.NewCA(t)
+	cert, key := ca.Client(t, "worker")
+	_, otherKey := ca.Client(t, "other")
 	tests := []struct {
 		name string
 		yaml string
@@ -48,6 +51,27 @@ func TestTLSValidation(t *testing.T) {
 		{"broker CA file", "broker: {rabbitmq: {tls_ca_file: " + notPEM + "}}", []string{
 			`broker.rabbitmq.tls_ca_file: no PEM certificate in ` + notPEM}},
 		{"broker CA file, kafka", "broker: {kind: kafka, rabbitmq: {tls_ca_file: " + notPEM + "}}", nil},
+		{"a client certificate", "redis: {tls: true, tls_cert_file: " + cert + ", tls_key_file: " + key + "}", nil},
+		{"a client certificate without its key", "redis: {tls: true, tls_cert_file: " + cert + "}", []string{
+			`redis.tls_key_file: required with redis.tls_cert_file (the client certificate's private key)`}},
+		{"a key without its certificate", "redis: {addrs: ['rediss://10.0.0.1:6379'], tls_key_file: " + key + "}", []string{
+			`redis.tls_cert_file: required with redis.tls_key_file (the certificate of that key)`}},
+		{"a client certificate without TLS", "redis: {tls_cert_file: " + cert + ", tls_key_file: " + key + "}", []string{
+			`redis.tls_cert_file: is set, but TLS is off: set redis.tls: true or use rediss:// addresses`,
+			`redis.tls_key_file: is set, but TLS is off: set redis.tls: true or use rediss:// addresses`}},
+		{"a key without TLS", "redis: {addrs: ['redis://10.0.0.1:6379'], tls_key_file: " + key + "}", []string{
+			`redis.tls_key_file: is set, but TLS is off: set redis.tls: true or use rediss:// addresses`}},
+		{"an unreadable client certificate", "redis: {tls: true, tls_cert_file: " + missing + ", tls_key_file: " + key + "}", []string{
+			`redis.tls_cert_file: cannot read the client certificate: open ` + missing + `: no such file or directory`}},
+		{"an unreadable key", "redis: {tls: true, tls_cert_file: " + cert + ", tls_key_file: " + missing + "}", []string{
+			`redis.tls_key_file: cannot read the private key: open ` + missing + `: no such file or directory`}},
+		{"not a key", "redis: {tls: true, tls_cert_file: " + cert + ", tls_key_file: " + notPEM + "}", []string{
+			`redis.tls_cert_file: ` + cert + ` and ` + notPEM + ` (redis.tls_key_file) are not a PEM certificate and its private key: tls: failed to find any PEM data in key input`}},
+		{"another certificate's key", "redis: {tls: true, tls_ca_file: " + ca.File + ", tls_cert_file: " + cert + ", tls_key_file: " + otherKey + "}", []string{
+			`redis.tls_cert_file: ` + cert + ` and ` + otherKey + ` (redis.tls_key_file) are not a PEM certificate and its private key: tls: private key does not match public key`}},
+		{"a CA and a client certificate, both wrong", "redis: {tls: true, tls_ca_file: " + notPEM + ", tls_cert_file: " + cert + "}", []string{
+			`redis.tls_ca_file: no PEM certificate in ` + notPEM,
+			`redis.tls_key_file: required with redis.tls_cert_file (the client certificate's private key)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -300,8 +299,8 @@ func OpenBroker(ctx context.Context, c *config.Config, o Options) (Broker, error
 		if err != nil {
 			return nil, ConfigError{err}
 		}
-		if tlsc != nil && !strings.HasPrefix(strings.ToLower(url), "amqps://") {
-			return nil, ConfigError{fmt.Errorf("broker.rabbitmq.tls_ca_file: is set, but $%s is not an amqps:// URL", r.URLEnv)}
+		if err := r.CheckTLSURL(url); err != nil {
+			return nil, ConfigError{err}
 		}
 		return rabbitmq.Open(ctx, rabbitmq.Options{URL: url, TLS: tlsc, Exchange: r.Exchange, Prefetch: r.Prefetch,
 			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Log: log.Named("rabbitmq")})

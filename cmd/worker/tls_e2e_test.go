@@ -19,18 +19,40 @@ import (
 // enqueue and a worker process reach Redis through rediss:// and RabbitMQ through amqps://, each
 // trusting only the test's CA, and take jobs through to a provider. The servers are the real ones behind
 // TLS proxies, so every byte between the processes and them crossed a verified handshake.
-func TestRunOverTLS(t *testing.T) {
+func TestRunOverTLS(t *testing.T) { runOverTLS(t, false) }
+
+// As TestRunOverTLS, behind proxies that require a client certificate the CA signed (Redis's
+// tls-auth-clients, RabbitMQ's verify_peer with fail_if_no_peer_cert): the processes present the ones
+// redis.tls_cert_file/tls_key_file and broker.rabbitmq.tls_cert_file/tls_key_file name, set from the
+// environment.
+func TestRunOverMutualTLS(t *testing.T) { runOverTLS(t, true) }
+
+func runOverTLS(t *testing.T, mutual bool) {
 	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}})
 	ca := testtls.NewCA(t)
-	redisProxy := ca.Proxy(t, testenv.RedisAddr())
+	server := ca.Server
+	if mutual {
+		server = ca.RequireClients()
+	}
+	redisProxy := testtls.ProxyWith(t, testenv.RedisAddr(), server)
 	u, err := url.Parse(testenv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	amqpProxy := ca.Proxy(t, u.Host)
+	amqpProxy := testtls.ProxyWith(t, u.Host, server)
 	u.Scheme, u.Host = "amqps", amqpProxy.Addr
 	f.env2 = []string{"PAYGATE_REDIS_ADDRS=rediss://" + redisProxy.Addr, "PAYGATE_REDIS_TLS_CA_FILE=" + ca.File,
 		"PAYGATE_AMQP_URL=" + u.String(), "PAYGATE_BROKER_RABBITMQ_TLS_CA_FILE=" + ca.File}
+	startLine := "rediss://" + redisProxy.Addr + " tls ca " + ca.File
+	refusal := "broker.rabbitmq.tls_ca_file: is set, but $PAYGATE_AMQP_URL is not an amqps:// URL"
+	if mutual {
+		redisCert, redisKey := ca.Client(t, "paygate-redis")
+		amqpCert, amqpKey := ca.Client(t, "paygate-amqp")
+		f.env2 = append(f.env2, "PAYGATE_REDIS_TLS_CERT_FILE="+redisCert, "PAYGATE_REDIS_TLS_KEY_FILE="+redisKey,
+			"PAYGATE_BROKER_RABBITMQ_TLS_CERT_FILE="+amqpCert, "PAYGATE_BROKER_RABBITMQ_TLS_KEY_FILE="+amqpKey)
+		startLine += " client certificate " + redisCert
+		refusal = "broker.rabbitmq.tls_ca_file, broker.rabbitmq.tls_cert_file, broker.rabbitmq.tls_key_file: are set, but $PAYGATE_AMQP_URL is not an amqps:// URL"
+	}
 	f.enqueue("acme", 20, "tls")
 	f.startWorker()
 	s := f.sims["acme"]
@@ -48,11 +70,11 @@ func TestRunOverTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(log), "rediss://"+redisProxy.Addr+" tls ca "+ca.File) {
-		t.Fatalf("the worker's start line does not say TLS:\n%s", log)
+	if !strings.Contains(string(log), startLine) {
+		t.Fatalf("the worker's start line does not say %q:\n%s", startLine, log)
 	}
 
-	// The CA is for amqps:// only: with a plain URL the worker refuses to start (exit 2), naming the key.
+	// The TLS files are for amqps:// only: with a plain URL the worker refuses to start (exit 2), naming the keys.
 	u.Scheme = "amqp"
 	f.env2 = append(f.env2, "PAYGATE_AMQP_URL="+u.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // were it to start, it would run on
@@ -61,7 +83,7 @@ func TestRunOverTLS(t *testing.T) {
 	cmd.Env = append(os.Environ(), f.env2...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "broker.rabbitmq.tls_ca_file: is set, but $PAYGATE_AMQP_URL is not an amqps:// URL") {
-		t.Fatalf("amqp:// with a CA: %v, output %s", err, out)
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), refusal) {
+		t.Fatalf("amqp:// with TLS files: %v, output %s", err, out)
 	}
 }

@@ -130,6 +130,31 @@ func (ca *CA) Client(t testing.TB, name string) (certFile, keyFile string) {
 	return certFile, keyFile
 }
 
+// ServerFiles writes the server certificate (with the CA's after it) and its private key (PKCS #8) as PEM
+// files in t.TempDir(), for a server that reads its own, such as redis-server's tls-cert-file and
+// tls-key-file.
+func (ca *CA) ServerFiles(t testing.TB) (certFile, keyFile string) {
+	t.Helper()
+	leaf := ca.Server.Certificates[0]
+	var chain []byte
+	for _, der := range leaf.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(leaf.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem")
+	if err := os.WriteFile(certFile, chain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
 func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -164,7 +189,14 @@ type Proxy struct {
 // Proxy starts a TLS proxy presenting the CA's server certificate in front of backend (host:port).
 func (ca *CA) Proxy(t testing.TB, backend string) *Proxy {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", ca.Server)
+	return ProxyWith(t, backend, ca.Server)
+}
+
+// ProxyWith starts a TLS proxy in front of backend (host:port) that handshakes with server: RequireClients
+// for a proxy that forwards only the connections presenting a client certificate the CA signed.
+func ProxyWith(t testing.TB, backend string, server *tls.Config) *Proxy {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", server)
 	if err != nil {
 		t.Fatal(err)
 	}

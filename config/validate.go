@@ -67,11 +67,7 @@ func (c *Config) Validate() error {
 			"must be 1..200 of [A-Za-z0-9._-], got %q", r.Exchange)
 		p.check(r.Prefetch >= 1, "broker.rabbitmq.prefetch", "must be >= 1, got %d", r.Prefetch)
 		p.check(r.ConsumerTimeout > 0, "broker.rabbitmq.consumer_timeout", "must be > 0 (the broker's consumer_timeout), got %s", r.ConsumerTimeout)
-		if r.TLSCAFile != "" {
-			if _, err := caPool("broker.rabbitmq.tls_ca_file", r.TLSCAFile); err != nil {
-				p = append(p, err.Error())
-			}
-		}
+		r.tlsFiles().validate(&p)
 	case "kafka":
 		k := c.Broker.Kafka
 		p.check(len(k.Brokers) > 0, "broker.kafka.brokers", "must list at least one host:port")

@@ -35,7 +35,7 @@ func Backlog(c *config.Config, o Options) (dashboard.Backlog, func(), error) {
 		}
 		return func(ctx context.Context) (map[string]int64, error) {
 			lag, err := kafka.Lag(ctx, cl, k.Group, keys)
-			return byName(lag), err
+			return byName(lag), kafkaRefusal(k, err)
 		}, func() {}, nil
 	default:
 		r := c.Broker.RabbitMQ
@@ -44,13 +44,16 @@ func Backlog(c *config.Config, o Options) (dashboard.Backlog, func(), error) {
 			return nil, func() {}, nil
 		}
 		tlsc, err := r.TLSConfig()
+		if err == nil {
+			err = r.CheckTLSURL(url)
+		}
 		if err != nil {
 			return nil, nil, ConfigError{err}
 		}
 		in := rabbitmq.NewInspector(url, tlsc)
 		return func(context.Context) (map[string]int64, error) {
 			depths, err := in.Depths(keys)
-			return byName(depths), err
+			return byName(depths), rabbitRefusal(r, err)
 		}, func() { _ = in.Close() }, nil
 	}
 }

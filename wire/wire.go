@@ -302,8 +302,12 @@ func OpenBroker(ctx context.Context, c *config.Config, o Options) (Broker, error
 		if err := r.CheckTLSURL(url); err != nil {
 			return nil, ConfigError{err}
 		}
-		return rabbitmq.Open(ctx, rabbitmq.Options{URL: url, TLS: tlsc, Exchange: r.Exchange, Prefetch: r.Prefetch,
+		b, err := rabbitmq.Open(ctx, rabbitmq.Options{URL: url, TLS: tlsc, Exchange: r.Exchange, Prefetch: r.Prefetch,
 			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Log: log.Named("rabbitmq")})
+		if err != nil {
+			return nil, rabbitRefusal(r, err)
+		}
+		return b, nil
 	case "kafka":
 		k := c.Broker.Kafka
 		cl, err := KafkaCluster(c, o)
@@ -332,12 +336,13 @@ type Parts struct {
 	Core        consumers.Config
 	closers     []func()
 	learners    map[string]*learner // the adaptive providers'
+	redisConf   config.Redis        // for RedisReady's words
 }
 
 // Build connects everything a worker process needs, in the order `worker run` logs problems: the
 // gate (Redis need not answer yet: jobs are deferred until it does), the providers, then the broker.
 func Build(ctx context.Context, c *config.Config, o Options) (p *Parts, err error) {
-	p = &Parts{Core: Core(c)}
+	p = &Parts{Core: Core(c), redisConf: c.Redis}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -350,6 +355,9 @@ func Build(ctx context.Context, c *config.Config, o Options) (p *Parts, err erro
 	rdb := p.Redis
 	p.closers = append(p.closers, func() { _ = rdb.Close() })
 	if p.Gate, err = Gate(c, rdb, Worker); err != nil {
+		return p, err
+	}
+	if err = CheckRedis(ctx, c, rdb, p.Gate); err != nil {
 		return p, err
 	}
 	p.learners = newLearners(c, p.Gate, o.log())
@@ -376,6 +384,11 @@ func (p *Parts) Worker(g consumers.Gate, log *zap.Logger, metrics *consumers.Met
 		g = learningGate{Gate: g, learners: p.learners}
 	}
 	return consumers.New(p.Core, g, p.Dispatchers, log, metrics)
+}
+
+// RedisReady pings Redis for /readyz; a refusal names the setting to fix (RedisRefusal).
+func (p *Parts) RedisReady(ctx context.Context) error {
+	return RedisRefusal(p.redisConf, p.Redis.Ping(ctx).Err())
 }
 
 // Watch follows the gate's announcements for w (pauses, a lost state, its own connection) until ctx
@@ -428,6 +441,6 @@ func DeleteBroker(ctx context.Context, c *config.Config, o Options) error {
 		if url == "" {
 			return ConfigError{fmt.Errorf("broker.rabbitmq.url_env: environment variable %s is not set", c.Broker.RabbitMQ.URLEnv)}
 		}
-		return rabbitmq.DeleteTopology(url, rabbitmq.TopologyOf(c.Broker.RabbitMQ.Exchange, c.ProviderNames(), c.Worker.DelayTiers))
+		return rabbitRefusal(c.Broker.RabbitMQ, rabbitmq.DeleteTopology(url, rabbitmq.TopologyOf(c.Broker.RabbitMQ.Exchange, c.ProviderNames(), c.Worker.DelayTiers)))
 	}
 }

@@ -34,6 +34,9 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if err := wire.CheckRedis(ctx, c, rdb, l); err != nil {
+		return err
+	}
 	names := c.ProviderNames()
 	src := dashboard.GateSource(l, names)
 	backlog, closeBacklog, err := wire.Backlog(c, wire.Options{})
@@ -42,6 +45,9 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer closeBacklog()
 	if backlog != nil {
+		if err := refusedAtStart(ctx, backlog); err != nil {
+			return err
+		}
 		src = dashboard.WithBacklog(src, backlog)
 	} else {
 		fmt.Fprintf(stderr, "dashboard: $%s is not set: queue depths are not shown\n", c.Broker.RabbitMQ.URLEnv)
@@ -61,6 +67,18 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		_ = hs.Shutdown(sctx)
 	}()
 	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// refusedAtStart reads the backlog once: the broker's refusal (credentials, a certificate) stops the
+// dashboard at once with status 2; any other failure it shows on the page, as it comes and goes.
+func refusedAtStart(ctx context.Context, backlog dashboard.Backlog) error {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	_, err := backlog(ctx)
+	if errors.As(err, new(wire.ConfigError)) {
 		return err
 	}
 	return nil

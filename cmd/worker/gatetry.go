@@ -115,6 +115,9 @@ func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func
 		return nil, nil, err
 	}
 	l, err := wire.Gate(c, rdb, wire.Tool)
+	if err == nil {
+		err = wire.CheckRedis(context.Background(), c, rdb, l)
+	}
 	if err != nil {
 		rdb.Close()
 		return nil, nil, err

@@ -107,7 +107,7 @@ func TestKafkaSecureRun(t *testing.T) {
 	}
 }
 
-// What only the brokers can refuse stops `worker run` and `worker enqueue` at start: status 2, within 5 s,
+// What only the brokers can refuse stops `worker run`, `worker enqueue` and `worker dashboard` at start: status 2, within 5 s,
 // one line naming the setting to fix, and never the password.
 func TestKafkaSecureRefusals(t *testing.T) {
 	ca, other := testtls.NewCA(t), testtls.NewCA(t)
@@ -127,11 +127,11 @@ func TestKafkaSecureRefusals(t *testing.T) {
 		want     string // the line's start, after "worker: "
 	}{
 		{"a wrong password", security(ca.File, cert, key), "hunter2",
-			`broker.kafka.sasl: the brokers refused user "paygate" with SCRAM-SHA-512 (password from $PAYGATE_KAFKA_PASSWORD): kafka: SASL authentication refused: connect: `},
+			`broker.kafka.sasl: the brokers refused user "paygate" with SCRAM-SHA-512 (password from $PAYGATE_KAFKA_PASSWORD): kafka: SASL authentication refused: `},
 		{"an untrusted certificate", security(other.File, cert, key), securePassword,
-			"broker.kafka.tls_ca_file: the broker's certificate does not verify against " + other.File + ": kafka: the broker's certificate is not trusted: connect: "},
+			"broker.kafka.tls_ca_file: the broker's certificate does not verify against " + other.File + ": kafka: the broker's certificate is not trusted: "},
 		{"no client certificate", security(ca.File, "", ""), securePassword,
-			"broker.kafka.tls_cert_file: the broker wants a client certificate (set tls_cert_file and tls_key_file): kafka: the broker refused the client certificate: connect: "},
+			"broker.kafka.tls_cert_file: the broker wants a client certificate (set tls_cert_file and tls_key_file): kafka: the broker refused the client certificate: "},
 		{"the password unset", security(ca.File, cert, key), "",
 			`broker.kafka.sasl.password_env: environment variable PAYGATE_KAFKA_PASSWORD is not set (nor PAYGATE_KAFKA_PASSWORD_FILE): the password of user "paygate"`},
 	}
@@ -143,6 +143,7 @@ func TestKafkaSecureRefusals(t *testing.T) {
 			for _, args := range [][]string{
 				{"run", "--config", f.cfg},
 				{"enqueue", "--config", f.cfg, "--provider", "acme", "--count", "1"},
+				{"dashboard", "--config", f.cfg, "--listen", "127.0.0.1:0"},
 			} {
 				start := time.Now()
 				r := worker(t, env, args...)

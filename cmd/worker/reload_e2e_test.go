@@ -92,15 +92,21 @@ func TestReloadUnderLoad(t *testing.T) {
 	l.check(t, append(ids("a", 300), ids("b", 30)...))
 }
 
-// metrics reads worker i's /metrics (its address from the "worker running" log line).
-func (f *fleet) metrics(i int) string {
+// httpAddr is worker i's operations address, from its "worker running" log line.
+func (f *fleet) httpAddr(i int) string {
 	f.t.Helper()
 	raw, _ := os.ReadFile(filepath.Join(f.dir, "worker-"+strconv.Itoa(i)+".log"))
 	m := regexp.MustCompile(`"http":"([^"]+)"`).FindSubmatch(raw)
 	if m == nil {
 		f.t.Fatalf("worker %d logged no http address", i)
 	}
-	resp, err := http.Get("http://" + string(m[1]) + "/metrics")
+	return string(m[1])
+}
+
+// metrics reads worker i's /metrics.
+func (f *fleet) metrics(i int) string {
+	f.t.Helper()
+	resp, err := http.Get("http://" + f.httpAddr(i) + "/metrics")
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return configError(err)
 	}
 	defer func() { _ = log.Sync() }()
+	wire.LogRedis(log)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -45,7 +46,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	srv, err := ops.Start(c.HTTP.Listen, reg, map[string]ops.Check{
 		"redis": func(ctx context.Context) error {
 			if p := running.Load(); p != nil {
-				return p.Redis.Ping(ctx).Err()
+				return p.RedisReady(ctx)
 			}
 			return errors.New("starting")
 		},

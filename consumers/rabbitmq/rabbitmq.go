@@ -34,6 +34,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/internal/throttle"
 )
 
 // Header names are consumers.Header*, the same on every broker.
@@ -81,6 +82,9 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	if len(o.DelayTiers) == 0 {
 		return nil, errors.New("rabbitmq: at least one delay tier is required")
 	}
+	if err := checkURL(o.URL); err != nil {
+		return nil, err
+	}
 	if o.TLS != nil {
 		if err := checkTLSURL(o.URL); err != nil {
 			return nil, err
@@ -99,6 +103,10 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	for _, s := range []*session{b.consume, b.publish} {
 		if _, err := s.get(wait); err != nil {
 			b.Close()
+			var r *Refusal
+			if last := s.lastError(); errors.As(last, &r) {
+				return nil, fmt.Errorf("rabbitmq: connect %s: %w", redact(o.URL), last)
+			}
 			return nil, fmt.Errorf("rabbitmq: connect %s: %w (last error: %v)", redact(o.URL), err, s.lastError())
 		}
 	}
@@ -530,12 +538,14 @@ type session struct {
 	log       *zap.Logger
 	onConnect func(*amqp.Connection) error
 
-	mu      sync.Mutex
-	conn    *amqp.Connection
-	up      chan struct{} // closed while conn is usable
-	lastErr error
-	blocked bool
-	stopped chan struct{} // closed when run has returned
+	mu        sync.Mutex
+	conn      *amqp.Connection
+	up        chan struct{} // closed while conn is usable
+	lastErr   error
+	blocked   bool
+	connected bool          // once: a refusal before the first connection ends run
+	stopped   chan struct{} // closed when run has returned
+	failLog   throttle.Log  // "connection failed; retrying", at most once per 10s
 }
 
 func newSession(name, url string, tlsc *tls.Config, log *zap.Logger, onConnect func(*amqp.Connection) error) *session {
@@ -558,12 +568,18 @@ func (s *session) run(ctx context.Context) {
 			}
 		}
 		if err != nil {
+			err = refusal(s.url, err)
+			var r *Refusal
 			s.mu.Lock()
 			s.lastErr = err
+			first := !s.connected
 			s.mu.Unlock()
+			if first && errors.As(err, &r) {
+				return // the configuration is wrong: Open says so at once
+			}
 			wait := consumers.Backoff(attempt+1, 100*time.Millisecond, 30*time.Second)
 			if attempt > 0 {
-				s.log.Warn("rabbitmq connection failed; retrying", zap.String("connection", s.name), zap.Error(err), zap.Duration("in", wait))
+				s.failLog.Warn(s.log, time.Now(), "rabbitmq connection failed; retrying", zap.String("connection", s.name), zap.Error(err), zap.Duration("in", wait))
 			}
 			consumers.Sleep(ctx, wait)
 			continue
@@ -571,7 +587,7 @@ func (s *session) run(ctx context.Context) {
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 		s.mu.Lock()
-		s.conn, s.lastErr, s.blocked = conn, nil, false
+		s.conn, s.lastErr, s.blocked, s.connected = conn, nil, false, true
 		close(s.up)
 		s.mu.Unlock()
 		if attempt > 0 {
@@ -699,7 +715,7 @@ func TopologyOf(exchange string, providers []string, tiers []time.Duration) Topo
 func DeleteTopology(url string, t Topology) error {
 	conn, err := amqp.Dial(url)
 	if err != nil {
-		return fmt.Errorf("rabbitmq: connect %s: %w", redact(url), err)
+		return fmt.Errorf("rabbitmq: connect %s: %w", redact(url), refusal(url, err))
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
@@ -739,7 +755,7 @@ func (i *Inspector) Depths(queues []string) (map[string]int64, error) {
 	if i.con == nil || i.con.IsClosed() {
 		con, err := amqp.DialConfig(i.url, amqp.Config{TLSClientConfig: i.tls, Properties: amqp.Table{"connection_name": "paygate-dashboard"}})
 		if err != nil {
-			return nil, fmt.Errorf("rabbitmq: connect %s: %w", redact(i.url), err)
+			return nil, fmt.Errorf("rabbitmq: connect %s: %w", redact(i.url), refusal(i.url, err))
 		}
 		i.con = con
 	}

@@ -19,7 +19,7 @@ func secretVars(c *config.Config) []secretVar {
 	var vs []secretVar
 	if c.Redis.PasswordEnv != "" {
 		vs = append(vs, secretVar{"redis.password_env", c.Redis.PasswordEnv,
-			"worker run connects to Redis without a password (a Redis that requires one refuses it)"})
+			"worker run connects to Redis without a password (a Redis that wants one refuses it, NOAUTH, and run stops at start with exit status 2)"})
 	}
 	switch b := c.Broker; {
 	case b.Kind == "rabbitmq":

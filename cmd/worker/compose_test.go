@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -25,26 +26,40 @@ import (
 // and config.yaml: every service, port, variable and command they name must be one that works.
 
 type composeFile struct {
-	Services map[string]struct {
-		Image       string            `yaml:"image"`
-		Build       string            `yaml:"build"`
-		Command     []string          `yaml:"command"`
-		Ports       []string          `yaml:"ports"`
-		Expose      []string          `yaml:"expose"`
-		Environment map[string]string `yaml:"environment"`
-		Volumes     []string          `yaml:"volumes"`
-		Profiles    []string          `yaml:"profiles"`
-		Deploy      struct {
-			Replicas int `yaml:"replicas"`
-		} `yaml:"deploy"`
-		DependsOn       map[string]struct{ Condition string } `yaml:"depends_on"`
-		StopGracePeriod string                                `yaml:"stop_grace_period"`
-		Healthcheck     struct {
-			Test     []string `yaml:"test"`
-			Interval string   `yaml:"interval"`
-			Retries  int      `yaml:"retries"`
-		} `yaml:"healthcheck"`
-	} `yaml:"services"`
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"` // named volumes (their options: none here)
+	Secrets  map[string]struct {
+		File string `yaml:"file"`
+	} `yaml:"secrets"`
+}
+
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Build       string            `yaml:"build"`
+	Hostname    string            `yaml:"hostname"`
+	Command     []string          `yaml:"command"`
+	Ports       []string          `yaml:"ports"`
+	Expose      []string          `yaml:"expose"`
+	Environment map[string]string `yaml:"environment"`
+	Volumes     []string          `yaml:"volumes"`
+	Secrets     []string          `yaml:"secrets"`
+	Profiles    []string          `yaml:"profiles"`
+	Restart     string            `yaml:"restart"`
+	Deploy      struct {
+		Replicas int `yaml:"replicas"`
+	} `yaml:"deploy"`
+	DependsOn map[string]struct {
+		Condition string `yaml:"condition"`
+		Required  *bool  `yaml:"required"` // Compose 2.20+: false, not started nor waited for unless its profile is
+	} `yaml:"depends_on"`
+	StopGracePeriod string `yaml:"stop_grace_period"`
+	Healthcheck     struct {
+		Test        []string `yaml:"test"`
+		Interval    string   `yaml:"interval"`
+		Timeout     string   `yaml:"timeout"`
+		Retries     int      `yaml:"retries"`
+		StartPeriod string   `yaml:"start_period"`
+	} `yaml:"healthcheck"`
 }
 
 var composeDefault = regexp.MustCompile(`\$\{([A-Z_]+):-([^}]*)\}`)
@@ -83,7 +98,7 @@ func TestComposeFile(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	if got := strings.Join(names, ","); got != "grafana,kafka,prometheus,provider-sim,rabbitmq,redis,worker" {
+	if got := strings.Join(names, ","); got != "grafana,kafka,probe-tools,prometheus,provider-sim,rabbitmq,redis,worker" {
 		t.Fatalf("services %s", got)
 	}
 	// --profile observability: Prometheus and Grafana, only when asked for, mounting files that exist.
@@ -115,18 +130,7 @@ func TestComposeFile(t *testing.T) {
 	if !slices.Contains(w.Volumes, "./config.yaml:"+w.Environment["PAYGATE_CONFIG"]+":ro") {
 		t.Fatalf("worker volumes %v do not mount ./config.yaml at PAYGATE_CONFIG %s", w.Volumes, w.Environment["PAYGATE_CONFIG"])
 	}
-	var environ []string
-	for k, v := range w.Environment {
-		t.Setenv(k, v)
-		environ = append(environ, k+"="+v)
-	}
-	cfg, err := config.Load("../../config.yaml")
-	if err != nil {
-		t.Fatalf("config.yaml with the worker's environment: %v", err)
-	}
-	if unknown := cfg.UnknownEnv(environ, "PAYGATE_CONFIG"); len(unknown) > 0 {
-		t.Fatalf("worker variables that set nothing: %v", unknown)
-	}
+	cfg := composeWorkerConfig(t, w)
 
 	// Every address the worker is given is a service publishing that port.
 	hostPort := func(what, addr string) (string, string) {
@@ -272,6 +276,7 @@ func TestComposeEnqueueCommand(t *testing.T) {
 		env = append(env, k+"="+v)
 	}
 	env = append(env, "PAYGATE_CONFIG=../../config.yaml", "PAYGATE_AMQP_URL="+testenv.AMQPURL(), "PAYGATE_REDIS_ADDRS="+testenv.RedisAddr(),
+		"PAYGATE_REDIS_PASSWORD_FILE=", // the compose secret's path is not here, nor does this machine's Redis want a password
 		"PAYGATE_BROKER_RABBITMQ_EXCHANGE="+f.x, "PAYGATE_WORKER_DELAY_TIERS="+strings.Join(f.tiers, ","))
 	r := worker(t, env, args...)
 	if r.code != 0 || !strings.Contains(r.stdout, "published 3 jobs") {
@@ -279,5 +284,179 @@ func TestComposeEnqueueCommand(t *testing.T) {
 	}
 	if got := f.drain(f.x + ".acme"); len(got) != 3 {
 		t.Fatalf("%d jobs in %s.acme, want 3", len(got), f.x)
+	}
+}
+
+// composeWorkerConfig loads config.yaml with the worker service's environment, as a replica would (a
+// /run/secrets/ file it names stands in a file of the test's), and checks every variable sets something:
+// a misspelt one would be silently ignored.
+func composeWorkerConfig(t *testing.T, w composeService) *config.Config {
+	t.Helper()
+	var environ []string
+	for k, v := range w.Environment {
+		if strings.HasPrefix(v, "/run/secrets/") {
+			v = filepath.Join(t.TempDir(), filepath.Base(v))
+			if err := os.WriteFile(v, []byte("not-the-password\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Setenv(k, v)
+		environ = append(environ, k+"="+v)
+	}
+	cfg, err := config.Load("../../config.yaml")
+	if err != nil {
+		t.Fatalf("config.yaml with the worker's environment: %v", err)
+	}
+	if unknown := cfg.UnknownEnv(environ, "PAYGATE_CONFIG"); len(unknown) > 0 {
+		t.Fatalf("worker variables that set nothing: %v", unknown)
+	}
+	return cfg
+}
+
+// Production shape: no port is published on every interface, only on 127.0.0.1 (host:published:container).
+func TestComposePortsOnLoopback(t *testing.T) {
+	for name, s := range loadCompose(t).Services {
+		for _, p := range s.Ports {
+			if parts := strings.Split(p, ":"); len(parts) != 3 || parts[0] != "127.0.0.1" {
+				t.Errorf("%s publishes %q: want 127.0.0.1:<port>:<port>, never all interfaces", name, p)
+			}
+		}
+	}
+}
+
+// Kafka runs only under its profile, and nothing outside that profile requires it: a RabbitMQ deployment
+// neither starts nor waits for it. The header says how to start it.
+func TestComposeKafkaProfile(t *testing.T) {
+	c := loadCompose(t)
+	if p := c.Services["kafka"].Profiles; !slices.Equal(p, []string{"kafka"}) {
+		t.Errorf("kafka profiles %v, want [kafka]", p)
+	}
+	for name, s := range c.Services {
+		for dep, d := range s.DependsOn {
+			if extra := slices.DeleteFunc(slices.Clone(c.Services[dep].Profiles), func(p string) bool { return slices.Contains(s.Profiles, p) }); len(extra) > 0 && (d.Required == nil || *d.Required) {
+				t.Errorf("%s depends on %s, which runs only under profile %v: want required: false", name, dep, extra)
+			}
+		}
+	}
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^#\s+PAYGATE_BROKER_KIND=kafka docker compose --profile kafka up`).Match(raw) {
+		t.Error("the header does not say how to run on Kafka: PAYGATE_BROKER_KIND=kafka docker compose --profile kafka up")
+	}
+}
+
+// Redis keeps the gate's state: an append-only file synced every second on a named volume, and a password
+// that comes from a compose secret (the server's, its health check's and the workers', who get it through
+// the _FILE form of redis.password_env's variable).
+func TestComposeRedis(t *testing.T) {
+	c := loadCompose(t)
+	r := c.Services["redis"]
+	cmd := strings.Join(r.Command, " ")
+	for _, want := range []string{"redis-server", "--appendonly yes", "--appendfsync everysec", "--requirepass"} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("redis command %q: no %q", cmd, want)
+		}
+	}
+	if vol, _, _ := strings.Cut(composeMount(r.Volumes, "/data"), ":"); !slices.Contains(slices.Collect(maps.Keys(c.Volumes)), vol) {
+		t.Errorf("redis volumes %v: want a named volume at /data (the append-only file)", r.Volumes)
+	}
+	if len(r.Secrets) != 1 || c.Secrets[r.Secrets[0]].File == "" {
+		t.Fatalf("redis secrets %v: want one, a file declared under secrets", r.Secrets)
+	}
+	secret := "/run/secrets/" + r.Secrets[0]
+	if !regexp.MustCompile(`\$\(cat ` + regexp.QuoteMeta(secret) + `\)`).MatchString(cmd) {
+		t.Errorf("redis command %q: the password is not read from %s", cmd, secret)
+	}
+	if hc := strings.Join(r.Healthcheck.Test, " "); !strings.Contains(hc, "REDISCLI_AUTH=") || !strings.Contains(hc, secret) {
+		t.Errorf("redis health check %q: does not authenticate with %s", hc, secret)
+	}
+	w := c.Services["worker"]
+	cfg := config.Default()
+	if v := cfg.Redis.PasswordEnv + config.FileSuffix; w.Environment[v] != secret || !slices.Contains(w.Secrets, r.Secrets[0]) {
+		t.Errorf("worker: %s=%q, secrets %v; want %s from the secret %s", v, w.Environment[v], w.Secrets, secret, r.Secrets[0])
+	}
+}
+
+// composeMount is the volume entry of vols mounted at target ("" if none).
+func composeMount(vols []string, target string) string {
+	for _, v := range vols {
+		if parts := strings.Split(v, ":"); len(parts) >= 2 && parts[1] == target {
+			return v
+		}
+	}
+	return ""
+}
+
+// Every secret's file exists, or is left out of the repository and the compose header and
+// docs/operations.md both give the command that creates it.
+func TestComposeSecrets(t *testing.T) {
+	c := loadCompose(t)
+	header, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range c.Secrets {
+		if _, err := os.Stat(filepath.Join("../..", s.File)); err == nil {
+			continue
+		}
+		create := regexp.MustCompile(`> ` + regexp.QuoteMeta(strings.TrimPrefix(s.File, "./")) + `\b`)
+		if !create.Match(header) || !create.Match(ops) {
+			t.Errorf("secret %s: %s does not exist, and the compose header and docs/operations.md do not both say how to create it", name, s.File)
+		}
+	}
+}
+
+// Health checks on every server the workers wait for and on the worker itself: its /readyz, on the port of
+// http.listen, asked by a tool that exists where it runs (the image is distroless: a static busybox on a
+// volume that a one-off service fills before the workers start).
+func TestComposeHealthchecks(t *testing.T) {
+	c := loadCompose(t)
+	for _, name := range []string{"redis", "rabbitmq", "kafka", "worker"} {
+		if hc := c.Services[name].Healthcheck; len(hc.Test) < 2 || (hc.Test[0] != "CMD" && hc.Test[0] != "CMD-SHELL") {
+			t.Errorf("%s: no health check (%v)", name, hc.Test)
+		}
+	}
+	w := c.Services["worker"]
+	_, port, _ := net.SplitHostPort(w.Environment["PAYGATE_HTTP_LISTEN"])
+	test := w.Healthcheck.Test
+	if !slices.Contains(test, "http://127.0.0.1:"+port+"/readyz") || test[0] != "CMD" {
+		t.Fatalf("worker health check %v: want CMD ... http://127.0.0.1:%s/readyz", test, port)
+	}
+	tool := test[1]
+	mount := ""
+	for _, v := range w.Volumes {
+		if parts := strings.Split(v, ":"); strings.HasPrefix(tool, parts[1]+"/") {
+			mount = parts[0]
+		}
+	}
+	if _, ok := c.Volumes[mount]; !ok {
+		t.Fatalf("worker health check runs %s, which is on no named volume of the worker's (%v): the image has no such tool", tool, w.Volumes)
+	}
+	for dep, d := range w.DependsOn {
+		fills := c.Services[dep]
+		if d.Condition == "service_completed_successfully" && composeMount(fills.Volumes, filepath.Dir(tool)) != "" &&
+			strings.Contains(strings.Join(fills.Command, " "), filepath.Base(tool)) {
+			return
+		}
+	}
+	t.Errorf("worker health check runs %s: no service the worker waits for (service_completed_successfully) puts it on volume %s", tool, mount)
+}
+
+// A shell's $ in a command or health check is written $$: compose substitutes a lone $NAME or $(...) from
+// the host's environment before the shell sees it (the Redis password would be read as empty).
+func TestComposeShellDollars(t *testing.T) {
+	lone := regexp.MustCompile(`(^|[^$])\$[A-Za-z_({]`)
+	for name, s := range loadCompose(t).Services {
+		for _, arg := range append(slices.Clone(s.Command), s.Healthcheck.Test...) {
+			if m := lone.FindString(strings.ReplaceAll(arg, "$$", "")); m != "" {
+				t.Errorf("%s: %q has a lone $ (%q) that compose would substitute: write $$", name, arg, m)
+			}
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers"
 	"github.com/paygate/paygate/providers/sim"
 	"github.com/paygate/paygate/wire"
 )
@@ -131,7 +132,9 @@ func (r *workerRun) decide(ctx context.Context, id string) (bool, error) {
 
 type dispatchFunc func(ctx context.Context, j *job.Job) error
 
-func (f dispatchFunc) Dispatch(ctx context.Context, j *job.Job) error { return f(ctx, j) }
+func (f dispatchFunc) Dispatch(ctx context.Context, j *job.Job) (*providers.Answer, error) {
+	return nil, f(ctx, j)
+}
 
 // callCounter counts the gate calls each job id made (Reserve and Release).
 type callCounter struct {

@@ -198,6 +198,12 @@ type Provider struct {
 	// RetryAfterMax caps a longer Retry-After.
 	RetryAfterDefault time.Duration `mapstructure:"retry_after_default"`
 	RetryAfterMax     time.Duration `mapstructure:"retry_after_max"`
+	// ResponseMax is how many bytes of an answer's body a result keeps (default 64 KiB); beyond it the
+	// result is marked truncated. ResultHeaders are the answer's headers a result keeps (default
+	// Location, Request-Id, X-Request-Id). DeclinedWhen tells a declined payment from a failure.
+	ResponseMax   int           `mapstructure:"response_max"`
+	ResultHeaders []string      `mapstructure:"result_headers"`
+	DeclinedWhen  *DeclinedWhen `mapstructure:"declined_when"`
 }
 
 // PerMerchant is providers.<name>.per_merchant.
@@ -306,6 +312,7 @@ func (pr Provider) WithDefaults() Provider {
 	if pr.RetryAfterMax == 0 {
 		pr.RetryAfterMax = DefaultRetryAfterMax
 	}
+	pr = pr.answerDefaults()
 	return pr
 }
 

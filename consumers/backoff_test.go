@@ -8,6 +8,7 @@ import (
 
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers"
 )
 
 // Backoff: exponential from the base, capped, and jittered over the whole of [0, cap).
@@ -60,4 +61,4 @@ func TestNewWantsDerivedSettings(t *testing.T) {
 
 type nopDispatcher struct{}
 
-func (nopDispatcher) Dispatch(context.Context, *job.Job) error { return nil }
+func (nopDispatcher) Dispatch(context.Context, *job.Job) (*providers.Answer, error) { return nil, nil }

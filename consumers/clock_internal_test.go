@@ -8,6 +8,7 @@ import (
 
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers"
 )
 
 // clockGate admits every job now and finds no room for a postponement; it counts the reservations.
@@ -50,7 +51,10 @@ func (d *clockDelivery) DeadLetter(context.Context, Reason, int, error) error {
 
 type countingDispatcher struct{ sent atomic.Int32 }
 
-func (c *countingDispatcher) Dispatch(context.Context, *job.Job) error { c.sent.Add(1); return nil }
+func (c *countingDispatcher) Dispatch(context.Context, *job.Job) (*providers.Answer, error) {
+	c.sent.Add(1)
+	return &providers.Answer{Status: 200}, nil
+}
 
 // The lateness guard reads the worker's clock: a clock that moves a minute at each reading makes every
 // wake-up minutes late, past the late limit, and the job is deferred after MaxLateTries slots, never

@@ -54,6 +54,7 @@ import (
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/throttle"
 	"github.com/paygate/paygate/job"
+	"github.com/paygate/paygate/providers"
 )
 
 // Broker is what the core needs from a queue: one stream of deliveries per provider. The stream ends
@@ -150,9 +151,10 @@ type Gate interface {
 	CountEvent(ctx context.Context, provider, event string) error
 }
 
-// Dispatcher hands a job to one provider (providers.Client).
+// Dispatcher hands a job to one provider (providers.Client): the provider's answer when there is one, and
+// its classification (providers.OutcomeOf).
 type Dispatcher interface {
-	Dispatch(ctx context.Context, j *job.Job) error
+	Dispatch(ctx context.Context, j *job.Job) (*providers.Answer, error)
 }
 
 // Config tunes the core.
@@ -168,6 +170,8 @@ type Config struct {
 	// OutageTiers are the longer deferrals a gate outage walks up (the delay tiers): a job the gate cannot
 	// answer is deferred for the longest tier the outage has outlasted (see gateOutage). Empty: RedisRetry.
 	OutageTiers []time.Duration
+	// Results, when set, gets every job's result before its delivery is acknowledged (results.enabled).
+	Results ResultSink
 	// LateLimit: a job that wakes more than this after its slot gives the slot back and reserves again
 	// (0: never). Half the gate's margin (its floor) leaves the other half for the trip to the provider.
 	// It does not follow the margin in force: slots other workers decide with a narrower margin, or after
@@ -204,13 +208,14 @@ type Worker struct {
 	// and timers run on the real clock. Moments on the Redis clock (gate.Verdict.Now, the watch's
 	// announcements) are compared only with each other. Two local moments come from the gate's own
 	// time.Now (gate.Verdict.Asked, NoteDisconnect's): a test's clock leaves those out or sets them itself.
-	now      func() time.Time
-	redisLog *throttle.Log        // warnings about the gate's Redis, at most one per 10s
-	lateLog  *throttle.Log        // warnings about jobs deferred for waking late, at most one per 10s
-	outage   gateOutage           // how long the gate has not answered, for the deferrals' tiers
-	signals  *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
-	id       string               // this worker, to the gate's margin
-	late     map[string]*lateness // each provider's recent wake-ups, for ReportLateness
+	now       func() time.Time
+	redisLog  *throttle.Log        // warnings about the gate's Redis, at most one per 10s
+	lateLog   *throttle.Log        // warnings about jobs deferred for waking late, at most one per 10s
+	outage    gateOutage           // how long the gate has not answered, for the deferrals' tiers
+	resultLog *throttle.Log        // warnings about results the broker did not take, at most one per 10s
+	signals   *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
+	id        string               // this worker, to the gate's margin
+	late      map[string]*lateness // each provider's recent wake-ups, for ReportLateness
 }
 
 // New returns a worker. metrics may be nil.
@@ -235,7 +240,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 		metrics = NewMetrics(nil)
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
-		redisLog: &throttle.Log{}, lateLog: &throttle.Log{},
+		redisLog: &throttle.Log{}, lateLog: &throttle.Log{}, resultLog: &throttle.Log{},
 		signals: newSignals(), id: workerID(), late: newLateness(cfg.Providers)}, nil
 }
 

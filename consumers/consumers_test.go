@@ -517,7 +517,7 @@ type stalled struct {
 	jobs map[string]bool
 }
 
-func (s stalled) Dispatch(ctx context.Context, j *job.Job) error {
+func (s stalled) Dispatch(ctx context.Context, j *job.Job) (*providers.Answer, error) {
 	if s.jobs[j.ID] {
 		time.Sleep(s.by)
 	}

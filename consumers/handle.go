@@ -31,7 +31,8 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	if !w.admit(ctx, s, a) || !w.clearOfPauses(ctx, s, a) {
 		return
 	}
-	w.settle(ctx, s, a, w.send(ctx, a, j))
+	answer, err := w.send(ctx, a, j)
+	w.settle(ctx, s, a, answer, err)
 }
 
 // decode reads the job of the delivery. A message that is no valid job, or a job on another provider's
@@ -88,6 +89,7 @@ type admission struct {
 	waited   time.Duration // in-process, on slots and after denials
 	denied   time.Duration // the part of waited after denials: at most MaxInlineWait per handling
 	late     time.Duration // how long after its slot the job woke (its request started)
+	sent     time.Time     // when its request started (the worker's clock), for its result
 }
 
 // newAdmission is the admission a job of provider asks for on this attempt.

@@ -34,6 +34,7 @@ type Outcome string
 // The outcomes.
 const (
 	OutcomeSucceeded      Outcome = "succeeded"      // the provider accepted it: acked
+	OutcomeDeclined       Outcome = "declined"       // the provider declined the payment (declined_when): acked, final
 	OutcomeThrottled      Outcome = "throttled"      // the provider answered 429: deferred by its Retry-After (not an attempt)
 	OutcomeTransient      Outcome = "transient"      // a failure that may pass: deferred by backoff (an attempt)
 	OutcomePermanent      Outcome = "permanent"      // the provider refused it (4xx): dead letter

@@ -22,6 +22,7 @@ type Metrics struct {
 	// is a merchant named in the configuration, "_other" for the rest, "_none" for jobs without one, so
 	// that the series stay as few as the configuration's names
 	merchantJobs *prometheus.CounterVec
+	results      *prometheus.CounterVec // paygate_results_total{provider,outcome}
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not registered, for tests).
@@ -53,12 +54,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "paygate_merchant_jobs_total",
 			Help: "Jobs settled by merchant, for providers with fair shares: a merchant named in the configuration, _other, or _none.",
 		}, []string{"provider", "merchant", "outcome"}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paygate_results_total", Help: "Results published (results.enabled), by provider and outcome: succeeded, declined, dead.",
+		}, []string{"provider", "outcome"}),
 		margin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "paygate_gate_margin_seconds", Help: "The gate's margin in force, as this worker last learned it (its lateness report each second, a throttle report).",
 		}, []string{"provider"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin, m.merchantJobs)
+		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin, m.merchantJobs, m.results)
 	}
 	return m
 }

@@ -189,15 +189,15 @@ type fakeProvider struct {
 	at   []time.Time
 }
 
-func (p *fakeProvider) Dispatch(_ context.Context, j *job.Job) error {
+func (p *fakeProvider) Dispatch(_ context.Context, j *job.Job) (*providers.Answer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.jobs = append(p.jobs, j.ID)
 	p.at = append(p.at, time.Now())
 	if len(p.answers) == 0 {
-		return nil
+		return &providers.Answer{Status: 200}, nil
 	}
-	return p.answers[min(len(p.jobs), len(p.answers))-1]
+	return nil, p.answers[min(len(p.jobs), len(p.answers))-1]
 }
 
 // settled is what a row expects of one delivery.

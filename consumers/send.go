@@ -7,10 +7,10 @@ import (
 	"github.com/paygate/paygate/providers"
 )
 
-// send dispatches the job on its admission and returns the provider's answer. A request written late is
-// recorded where it went (watchDeparture), the admission's slot moved with it; the in-flight lease ends
-// once the request has ended.
-func (w *Worker) send(ctx context.Context, a *admission, j *job.Job) error {
+// send dispatches the job on its admission and returns the provider's answer (nil when none came) and its
+// classification. A request written late is recorded where it went (watchDeparture), the admission's slot
+// moved with it; the in-flight lease ends once the request has ended.
+func (w *Worker) send(ctx context.Context, a *admission, j *job.Job) (*providers.Answer, error) {
 	traced, departed := ctx, (*departure)(nil) // the request's context, with the watch on its write when there is one
 	if a.verdict.Allowed && !a.verdict.Duplicate && !a.shadow && w.cfg.LateLimit > 0 {
 		// A late write counts from the slot as the answer put it, as the margin's reports do: the round
@@ -20,7 +20,8 @@ func (w *Worker) send(ctx context.Context, a *admission, j *job.Job) error {
 		traced, departed = w.watchDeparture(ctx, a)
 	}
 	start := w.now()
-	err := w.dispatch[a.provider].Dispatch(traced, j)
+	a.sent = start
+	answer, err := w.dispatch[a.provider].Dispatch(traced, j)
 	if departed != nil {
 		a.slot = departed.wait(a.slot)
 	}
@@ -33,5 +34,5 @@ func (w *Worker) send(ctx context.Context, a *admission, j *job.Job) error {
 		a.lease = ""
 	}
 	w.metrics.dispatch.WithLabelValues(a.provider, string(providers.OutcomeOf(err))).Observe(w.now().Sub(start).Seconds())
-	return err
+	return answer, err
 }

@@ -15,11 +15,18 @@ import (
 // settle settles the delivery by the provider's answer to its request, in one switch: accepted, acked;
 // cut short by the shutdown, requeued; throttled, deferred past the pause (not an attempt); refused,
 // dead-lettered; failed otherwise, deferred by backoff until the attempts run out.
-func (w *Worker) settle(ctx context.Context, s *settlement, a *admission, err error) {
-	var thr *providers.Throttled
+func (w *Worker) settle(ctx context.Context, s *settlement, a *admission, answer *providers.Answer, err error) {
+	s.answer = answer
+	var (
+		thr *providers.Throttled
+		dec *providers.Declined
+	)
 	switch {
 	case err == nil:
 		s.ack(ctx, a.gateID)
+	case errors.As(err, &dec):
+		// An answer, final: the payment is declined. Not retried, not an operator's problem.
+		s.declined(ctx, a.gateID, err)
 	case ctx.Err() != nil:
 		// The shutdown timeout cut the request short: the provider may or may not have it. Not a failed
 		// attempt; the job goes back, and its idempotency key makes the retry safe.
@@ -78,9 +85,10 @@ type settlement struct {
 	w         *Worker
 	d         Delivery
 	provider  string
-	job       *job.Job   // nil until decoded
-	attempt   int        // transient failures so far; one more once this delivery's request failed
-	admission *admission // nil until decoded: the line's waited, admission and late
+	job       *job.Job          // nil until decoded
+	attempt   int               // transient failures so far; one more once this delivery's request failed
+	admission *admission        // nil until decoded: the line's waited, admission and late
+	answer    *providers.Answer // the provider's, when it answered: its result's response
 }
 
 // SettleTimeout bounds one settlement (an ack, or a copy published with confirms and then an ack).
@@ -107,8 +115,22 @@ func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // ack settles a job the provider accepted; gid is its entry at the gate.
 func (s *settlement) ack(ctx context.Context, gid string) {
+	s.acknowledge(ctx, gid, OutcomeSucceeded, ResultSucceeded, nil)
+}
+
+// declined settles a job the provider declined (why): an answer, acknowledged like an acceptance.
+func (s *settlement) declined(ctx context.Context, gid string, why error) {
+	s.acknowledge(ctx, gid, OutcomeDeclined, ResultDeclined, why)
+}
+
+// acknowledge settles a job the provider answered for good, once its result is published.
+func (s *settlement) acknowledge(ctx context.Context, gid string, outcome Outcome, result string, why error) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
+	if !s.record(ctx, result, "", s.attempt+1) {
+		s.unrecorded(ctx)
+		return
+	}
 	// Accepted but not settled, the job comes again. Telling the gate makes that redelivery a plain
 	// duplicate of a request the provider counted, rather than one moved to spend a new unit.
 	sent := func(ctx context.Context) { _ = s.w.gate.Sent(ctx, s.provider, gid) }
@@ -125,7 +147,7 @@ func (s *settlement) ack(ctx context.Context, gid string) {
 	if err != nil {
 		sent(ctx)
 	}
-	s.done(OutcomeSucceeded, err, nil)
+	s.done(outcome, err, why)
 }
 
 func (s *settlement) deferFor(ctx context.Context, after time.Duration, outcome Outcome, why error) {
@@ -137,6 +159,10 @@ func (s *settlement) deferFor(ctx context.Context, after time.Duration, outcome 
 func (s *settlement) deadLetter(ctx context.Context, reason Reason, outcome Outcome, why error) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
+	if !s.record(ctx, ResultDead, string(reason), s.attempt) {
+		s.unrecorded(ctx)
+		return
+	}
 	err := s.d.DeadLetter(ctx, reason, s.attempt, why)
 	if err == nil {
 		s.w.countEvent(ctx, s.provider, gate.EventDead+string(reason))

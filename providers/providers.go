@@ -81,9 +81,10 @@ func (e *StatusError) Is(target error) bool { return target == ErrPermanent && e
 // Outcome names what a dispatch came to, for logs and metrics.
 type Outcome string
 
-// The four outcomes.
+// The five outcomes.
 const (
 	Succeeded Outcome = "succeeded"
+	Decline   Outcome = "declined"
 	Throttle  Outcome = "throttled"
 	Transient Outcome = "transient"
 	Permanent Outcome = "permanent"
@@ -91,10 +92,15 @@ const (
 
 // OutcomeOf classifies Dispatch's error.
 func OutcomeOf(err error) Outcome {
-	var thr *Throttled
+	var (
+		thr *Throttled
+		dec *Declined
+	)
 	switch {
 	case err == nil:
 		return Succeeded
+	case errors.As(err, &dec):
+		return Decline
 	case errors.As(err, &thr):
 		return Throttle
 	case errors.Is(err, ErrPermanent):
@@ -107,9 +113,12 @@ func OutcomeOf(err error) Outcome {
 // Answered reports whether the provider answered a Dispatch (any status: the request is no longer in
 // flight there); a transport error or a timeout leaves that open.
 func Answered(err error) bool {
-	var st *StatusError
-	var thr *Throttled
-	return err == nil || errors.As(err, &st) || errors.As(err, &thr)
+	var (
+		st  *StatusError
+		thr *Throttled
+		dec *Declined
+	)
+	return err == nil || errors.As(err, &st) || errors.As(err, &thr) || errors.As(err, &dec)
 }
 
 // Client dispatches to one provider. It is safe for concurrent use.
@@ -133,6 +142,7 @@ type Client struct {
 	now            func() time.Time
 	onLimits       func([]Announced)
 	onAnswer       func(status int, throttled bool)
+	answers        answerRules
 }
 
 // Options tune a Client beyond its config.
@@ -212,6 +222,7 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		now:            o.Now,
 		onLimits:       o.OnLimits,
 		onAnswer:       o.OnAnswer,
+		answers:        answerRules{max: c.ResponseMax, headers: c.ResultHeaders, declined: c.DeclinedWhen},
 	}
 	cl.raMax = max(cl.raMax, cl.raDefault) // Validate refuses the opposite; a hand-built config may not
 	if cl.log == nil {
@@ -249,18 +260,19 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), "80")
 }
 
-// Dispatch sends the payment once and classifies the answer (see the package documentation). The
-// request is bounded by the provider's timeout and by ctx.
-func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
+// Dispatch sends the payment once, and returns the provider's answer, when there is one, and its
+// classification (see the package documentation). The request is bounded by the provider's timeout and
+// by ctx.
+func (c *Client) Dispatch(ctx context.Context, j *job.Job) (*Answer, error) {
 	body, err := RequestBody(j)
 	if err != nil {
-		return fmt.Errorf("providers: %s: job %s: %w", c.name, j.ID, errors.Join(ErrPermanent, err))
+		return nil, fmt.Errorf("providers: %s: job %s: %w", c.name, j.ID, errors.Join(ErrPermanent, err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, c.method, c.url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("providers: %s: %w", c.name, errors.Join(ErrPermanent, err))
+		return nil, fmt.Errorf("providers: %s: %w", c.name, errors.Join(ErrPermanent, err))
 	}
 	req.Header = c.headers.Clone()
 	req.Header.Set("Content-Type", "application/json")
@@ -279,7 +291,7 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
 		// the headers, so the secret stays out.
 		err = fmt.Errorf("providers: %s: %w", c.name, err)
 		c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Duration("took", time.Since(start)), zap.String("outcome", string(Transient)), zap.String("error", c.redact(err.Error())))
-		return err
+		return nil, err
 	}
 	defer func() {
 		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
@@ -290,17 +302,21 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) error {
 			c.onLimits(a)
 		}
 	}
-	err = c.classify(resp)
+	answer := c.answers.read(resp, c.redact)
+	err = c.classify(resp, answer)
 	if c.onAnswer != nil {
 		var thr *Throttled
 		c.onAnswer(resp.StatusCode, errors.As(err, &thr))
 	}
 	c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Int("status", resp.StatusCode), zap.Duration("took", time.Since(start)), zap.String("outcome", string(OutcomeOf(err))))
-	return err
+	return answer, err
 }
 
-func (c *Client) classify(resp *http.Response) error {
+func (c *Client) classify(resp *http.Response, answer *Answer) error {
 	st := resp.StatusCode
+	if why := c.answers.decline(answer); why != "" {
+		return &Declined{Provider: c.name, Status: st, Why: why}
+	}
 	switch {
 	case st >= 200 && st < 300:
 		return nil
@@ -308,7 +324,7 @@ func (c *Client) classify(resp *http.Response) error {
 		st == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
 		return &Throttled{Provider: c.name, Status: st, RetryAfter: c.retryAfter(resp.Header.Get("Retry-After"))}
 	}
-	excerpt := c.excerpt(resp.Body)
+	excerpt := c.excerpt(answer.Body)
 	permanent := st >= 400 && st < 500 && !slices.Contains(c.retryOn, st)
 	if st >= 300 && st < 400 {
 		permanent = true // a redirect is a misconfiguration, not a blip
@@ -346,8 +362,8 @@ func (c *Client) retryAfter(v string) time.Duration {
 	return d
 }
 
-func (c *Client) excerpt(r io.Reader) string {
-	b, _ := io.ReadAll(io.LimitReader(r, ExcerptLimit))
+func (c *Client) excerpt(body []byte) string {
+	b := body[:min(len(body), ExcerptLimit)]
 	for len(b) > 0 && !utf8.Valid(b) { // do not cut a character in half
 		b = b[:len(b)-1]
 	}

@@ -106,7 +106,7 @@ func TestClassification(t *testing.T) {
 			defer srv.Close()
 			c := providerConfig(srv.URL)
 			c.RetryOn = tt.retryOn
-			err := newClient(t, c, providers.Options{}).Dispatch(context.Background(), payment("p1"))
+			_, err := newClient(t, c, providers.Options{}).Dispatch(context.Background(), payment("p1"))
 			if got := providers.OutcomeOf(err); got != tt.want {
 				t.Fatalf("outcome %s (%v), want %s", got, err, tt.want)
 			}
@@ -144,7 +144,7 @@ func TestNetworkFailuresAreTransient(t *testing.T) {
 		defer close(release)
 		c := providerConfig(srv.URL)
 		c.Timeout = 100 * time.Millisecond
-		err := newClient(t, c, providers.Options{}).Dispatch(context.Background(), payment("p1"))
+		_, err := newClient(t, c, providers.Options{}).Dispatch(context.Background(), payment("p1"))
 		if providers.OutcomeOf(err) != providers.Transient || !strings.Contains(err.Error(), "acme") {
 			t.Fatalf("hung server: %v", err)
 		}
@@ -160,7 +160,7 @@ func TestNetworkFailuresAreTransient(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		err = newClient(t, providerConfig("http://"+addr+"/pay"), providers.Options{}).Dispatch(context.Background(), payment("p1"))
+		_, err = newClient(t, providerConfig("http://"+addr+"/pay"), providers.Options{}).Dispatch(context.Background(), payment("p1"))
 		if providers.OutcomeOf(err) != providers.Transient || !strings.Contains(err.Error(), "refused") {
 			t.Fatalf("refused: %v", err)
 		}
@@ -176,7 +176,7 @@ func TestNetworkFailuresAreTransient(t *testing.T) {
 			conn.Close()
 		}))
 		defer srv.Close()
-		err := newClient(t, providerConfig(srv.URL), providers.Options{}).Dispatch(context.Background(), payment("p1"))
+		_, err := newClient(t, providerConfig(srv.URL), providers.Options{}).Dispatch(context.Background(), payment("p1"))
 		if providers.OutcomeOf(err) != providers.Transient {
 			t.Fatalf("reset: %v", err)
 		}
@@ -192,7 +192,7 @@ func TestNetworkFailuresAreTransient(t *testing.T) {
 		defer srv.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-		err := newClient(t, providerConfig(srv.URL), providers.Options{}).Dispatch(ctx, payment("p1"))
+		_, err := newClient(t, providerConfig(srv.URL), providers.Options{}).Dispatch(ctx, payment("p1"))
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("want context.Canceled, got %v", err)
 		}
@@ -242,7 +242,7 @@ func TestIdempotencyKeyOnEveryAttempt(t *testing.T) {
 			j := payment("pay-7")
 			j.IdempotencyKey = tt.key
 			for attempt := 1; ; attempt++ {
-				err := cl.Dispatch(context.Background(), j)
+				_, err := cl.Dispatch(context.Background(), j)
 				if err == nil {
 					break
 				}
@@ -277,7 +277,7 @@ func TestRequest(t *testing.T) {
 	withPayload := payment("a")
 	withPayload.Payload = json.RawMessage(`{"iban":"DE89370400440532013000","amount":{"value":1250}}`)
 	for _, j := range []*job.Job{payment("b"), withPayload} {
-		if err := cl.Dispatch(context.Background(), j); err != nil {
+		if _, err := cl.Dispatch(context.Background(), j); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,7 +293,7 @@ func TestRequest(t *testing.T) {
 	}
 	bad := payment("c")
 	bad.Payload = json.RawMessage(`[1,2]`)
-	if err := cl.Dispatch(context.Background(), bad); !errors.Is(err, providers.ErrPermanent) || len(rec.requests) != 2 {
+	if _, err := cl.Dispatch(context.Background(), bad); !errors.Is(err, providers.ErrPermanent) || len(rec.requests) != 2 {
 		t.Fatalf("payload not an object: %v (%d requests)", err, len(rec.requests))
 	}
 }
@@ -327,13 +327,13 @@ func TestSecretNeverLeaks(t *testing.T) {
 		c.AuthHeader, c.AuthEnv = "Authorization", "ACME_TOKEN"
 		c.Timeout = 100 * time.Millisecond
 		cl := newClient(t, c, providers.Options{Logger: zap.New(core)})
-		if err := cl.Dispatch(context.Background(), payment("p")); err != nil {
+		if _, err := cl.Dispatch(context.Background(), payment("p")); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}
 	refused := providerConfig("http://127.0.0.1:1/pay")
 	refused.AuthHeader, refused.AuthEnv = "Authorization", "ACME_TOKEN"
-	if err := newClient(t, refused, providers.Options{Logger: zap.New(core)}).Dispatch(context.Background(), payment("p")); err != nil {
+	if _, err := newClient(t, refused, providers.Options{Logger: zap.New(core)}).Dispatch(context.Background(), payment("p")); err != nil {
 		errs = append(errs, err.Error())
 	}
 	mu.Lock()
@@ -411,7 +411,7 @@ func TestConnectionPooling(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range conc {
 			wg.Go(func() {
-				if err := cl.Dispatch(ctx, payment(fmt.Sprint(burst, "-", i))); err != nil {
+				if _, err := cl.Dispatch(ctx, payment(fmt.Sprint(burst, "-", i))); err != nil {
 					t.Error(err)
 				}
 			})
@@ -480,13 +480,13 @@ func TestSpareConnections(t *testing.T) {
 	if count(http.StateActive) != 0 {
 		t.Fatal("a request was sent to warm up; spares must be bare connections")
 	}
-	if err := cl.Dispatch(context.Background(), payment("a")); err != nil {
+	if _, err := cl.Dispatch(context.Background(), payment("a")); err != nil {
 		t.Fatal(err)
 	}
 	// Close every connection server-side: the stale spares must not fail a payment.
 	srv.CloseClientConnections()
 	for i := range 8 {
-		if err := cl.Dispatch(context.Background(), payment(fmt.Sprint("b", i))); err != nil {
+		if _, err := cl.Dispatch(context.Background(), payment(fmt.Sprint("b", i))); err != nil {
 			t.Fatalf("dispatch over a closed spare: %v", err)
 		}
 	}
@@ -524,7 +524,7 @@ func TestMerchantHeader(t *testing.T) {
 		without := payment("pay-2")
 		without.Merchant = ""
 		for _, j := range []*job.Job{payment("pay-1"), without} {
-			if err := cl.Dispatch(context.Background(), j); err != nil {
+			if _, err := cl.Dispatch(context.Background(), j); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -547,7 +547,7 @@ func TestNoMerchantHeaderWithoutMerchants(t *testing.T) {
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
 	cl := newClient(t, providerConfig(srv.URL), providers.Options{})
-	if err := cl.Dispatch(context.Background(), payment("pay-1")); err != nil {
+	if _, err := cl.Dispatch(context.Background(), payment("pay-1")); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := rec.requests[0].Header["X-Merchant"]; ok {

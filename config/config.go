@@ -30,7 +30,14 @@ type Config struct {
 	Gate      Gate                `mapstructure:"gate"`
 	Broker    Broker              `mapstructure:"broker"`
 	Worker    Worker              `mapstructure:"worker"`
+	Results   Results             `mapstructure:"results"`
 	Providers map[string]Provider `mapstructure:"providers"`
+}
+
+// Results configures the result messages (docs/results.md): off by default, since a results queue that
+// no one reads grows until the broker stops every publisher, the workers' own included.
+type Results struct {
+	Enabled bool `mapstructure:"enabled"`
 }
 
 // Log configures zap.
@@ -347,6 +354,7 @@ type Limit struct {
 // value), which is also what lets PAYGATE_<PATH> override a key the file leaves out.
 var defaults = map[string]any{
 	"log.level":                        "info",
+	"results.enabled":                  false,
 	"log.format":                       "json",
 	"http.listen":                      "127.0.0.1:9090",
 	"redis.addrs":                      []string{"127.0.0.1:6379"},

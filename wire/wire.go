@@ -36,6 +36,7 @@ func (e ConfigError) Unwrap() error { return e.Err }
 // demo's producer), readiness (/readyz) and Close.
 type Broker interface {
 	consumers.Broker
+	consumers.ResultSink
 	Publish(ctx context.Context, provider string, body []byte) error
 	Ready() error
 	Close() error
@@ -303,7 +304,7 @@ func OpenBroker(ctx context.Context, c *config.Config, o Options) (Broker, error
 			return nil, ConfigError{err}
 		}
 		b, err := rabbitmq.Open(ctx, rabbitmq.Options{URL: url, TLS: tlsc, Exchange: r.Exchange, Prefetch: r.Prefetch,
-			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Log: log.Named("rabbitmq")})
+			Providers: c.ProviderNames(), DelayTiers: c.Worker.DelayTiers, Results: c.Results.Enabled, Log: log.Named("rabbitmq")})
 		if err != nil {
 			return nil, rabbitRefusal(r, err)
 		}
@@ -316,7 +317,7 @@ func OpenBroker(ctx context.Context, c *config.Config, o Options) (Broker, error
 		}
 		b, err := kafka.Open(ctx, kafka.Options{Brokers: k.Brokers, TLS: cl.TLS, SASL: cl.SASL, Group: k.Group, TopicPrefix: k.TopicPrefix,
 			Partitions: k.Partitions, ReplicationFactor: k.ReplicationFactor, Providers: c.ProviderNames(),
-			DelayTiers: c.Worker.DelayTiers, Log: log.Named("kafka")})
+			DelayTiers: c.Worker.DelayTiers, Results: c.Results.Enabled, Log: log.Named("kafka")})
 		if err != nil {
 			return nil, kafkaRefusal(k, err)
 		}
@@ -372,6 +373,9 @@ func Build(ctx context.Context, c *config.Config, o Options) (p *Parts, err erro
 	}
 	b := p.Broker
 	p.closers = append(p.closers, func() { _ = b.Close() })
+	if c.Results.Enabled {
+		p.Core.Results = b // both adapters publish results
+	}
 	return p, nil
 }
 

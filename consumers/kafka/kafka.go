@@ -45,6 +45,7 @@ type Options struct {
 	ReplicationFactor int
 	Providers         []string
 	DelayTiers        []time.Duration // ascending
+	Results           bool            // create T.results (results.enabled)
 	Log               *zap.Logger
 }
 
@@ -116,6 +117,9 @@ func (b *Broker) providerOf(topic string) string {
 }
 func (b *Broker) topics() []string {
 	ts := []string{b.dead()}
+	if b.o.Results {
+		ts = append(ts, ResultsTopic(b.o.TopicPrefix))
+	}
 	for _, p := range b.o.Providers {
 		ts = append(ts, b.topic(p))
 	}
@@ -646,12 +650,13 @@ type Topics struct {
 	Providers []string // T.<provider>, in the order given
 	Retries   []string // T.retry.<tier>
 	Dead      string   // T.dead
+	Results   string   // T.results (created with results.enabled)
 }
 
 // TopicsOf names the topics Open creates for these providers and delay tiers.
 func TopicsOf(prefix string, providers []string, tiers []time.Duration) Topics {
 	b := &Broker{o: Options{TopicPrefix: prefix}}
-	t := Topics{Dead: b.dead()}
+	t := Topics{Dead: b.dead(), Results: ResultsTopic(prefix)}
 	for _, p := range providers {
 		t.Providers = append(t.Providers, b.topic(p))
 	}

@@ -56,7 +56,9 @@ type Options struct {
 	Prefetch   int
 	Providers  []string
 	DelayTiers []time.Duration // ascending
-	Log        *zap.Logger
+	// Results declares X.results (results.enabled): a topic exchange and a quorum queue bound to all of it.
+	Results bool
+	Log     *zap.Logger
 }
 
 // Broker is the RabbitMQ adapter: consumers.Broker plus publishing.
@@ -152,6 +154,11 @@ func (b *Broker) declare(conn *amqp.Connection) error {
 	}
 	if _, err := ch.QueueDeclare(b.dead(), true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
 		return fmt.Errorf("declare queue %s: %w", b.dead(), err)
+	}
+	if b.o.Results {
+		if err := b.declareResults(ch); err != nil {
+			return err
+		}
 	}
 	for _, p := range b.o.Providers {
 		q := b.queue(p)
@@ -695,12 +702,13 @@ type Topology struct {
 	Queues   []string // X.<provider>, in the order given
 	Delays   []string // X.delay.<tier>: each a fanout exchange and its queue
 	Dead     string   // X.dead
+	Results  string   // X.results: a topic exchange and its queue (declared with results.enabled)
 }
 
 // TopologyOf names the topology Open declares for these providers and delay tiers.
 func TopologyOf(exchange string, providers []string, tiers []time.Duration) Topology {
 	b := &Broker{o: Options{Exchange: exchange}}
-	t := Topology{Exchange: exchange, Dead: b.dead()}
+	t := Topology{Exchange: exchange, Dead: b.dead(), Results: Results(exchange)}
 	for _, p := range providers {
 		t.Queues = append(t.Queues, b.queue(p))
 	}
@@ -723,12 +731,12 @@ func DeleteTopology(url string, t Topology) error {
 		return err
 	}
 	var errs []error
-	for _, q := range append(append(append([]string(nil), t.Delays...), t.Queues...), t.Dead) {
+	for _, q := range append(append(append([]string(nil), t.Delays...), t.Queues...), t.Dead, t.Results) {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, x := range append(append([]string(nil), t.Delays...), t.Exchange) {
+	for _, x := range append(append([]string(nil), t.Delays...), t.Exchange, t.Results) {
 		if err := ch.ExchangeDelete(x, false, false); err != nil {
 			errs = append(errs, err)
 		}

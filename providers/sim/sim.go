@@ -150,6 +150,7 @@ type Stats struct {
 	BadRequests       int64 `json:"bad_requests"`       // no idempotency key, unreadable body
 	ThrottledInjected int64 `json:"throttled_injected"` // 429s of a storm (POST /faults)
 	DownRefused       int64 `json:"down_refused"`       // requests cut during an outage
+	Declined          int64 `json:"declined"`           // payments declined (their body asked for it: DeclineStatus, DeclineBody)
 	// ThrottledInFlight counts payment requests answered 429 because they would have made more than
 	// Options.MaxInFlight in flight. They are neither accepted nor violations.
 	ThrottledInFlight int64 `json:"throttled_in_flight"`
@@ -269,6 +270,7 @@ func (p *Provider) AcceptedAt() map[string]time.Time {
 type charge struct {
 	answer []byte
 	at     time.Time
+	status int // the answer's status: 200, or a decline's
 }
 
 // Stats returns a copy of the counters.
@@ -288,6 +290,7 @@ type verdict int
 const (
 	accept verdict = iota
 	duplicate
+	declined
 	violation
 	fail
 	hang
@@ -313,6 +316,9 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 	}
 	if stored, ok := p.keys[key]; ok {
 		p.stats.Duplicates++
+		if stored.status != http.StatusOK {
+			return declined, stored.answer, 0
+		}
 		return duplicate, stored.answer, 0
 	}
 	switch r := p.rng.Float64(); {
@@ -357,6 +363,11 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 		}
 	}
 	p.accepted = append(p.accepted, now)
+	if status, resp := declineOf(key, body); status != 0 {
+		p.stats.Declined++
+		p.keys[key] = charge{resp, now, status}
+		return declined, resp, 0
+	}
 	for i, w := range p.o.Limits {
 		p.stats.Windows[i].MaxInWindow = max(p.stats.Windows[i].MaxInWindow, len(p.counted(p.accepted, now, w.Per)))
 	}
@@ -368,8 +379,9 @@ func (p *Provider) admit(key, merchant string, body []byte) (verdict, []byte, ti
 	if p.o.OnAccept != nil {
 		p.o.OnAccept(key, now)
 	}
-	resp, _ := json.Marshal(map[string]any{"status": "accepted", "idempotency_key": key, "accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
-	p.keys[key] = charge{resp, now}
+	resp, _ := json.Marshal(map[string]any{"status": "accepted", "transaction_id": "T-" + key, "idempotency_key": key,
+		"accepted_at": now.UTC().Format(time.RFC3339Nano), "request_bytes": len(body)})
+	p.keys[key] = charge{resp, now, http.StatusOK}
 	return accept, resp, 0
 }
 
@@ -652,8 +664,14 @@ func (p *Provider) answer(w http.ResponseWriter, r *http.Request, v verdict, res
 	case violation, throttled:
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfterSeconds(retry)), 10))
 		writeJSON(w, http.StatusTooManyRequests, `{"error":"rate limit exceeded"}`)
+	case declined:
+		p.sleep(r.Context())
+		status := p.statusOf(r.Header.Get(p.o.IdempotencyHeader))
+		w.Header().Set("Request-Id", "req-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		writeJSON(w, status, string(resp))
 	default: // accept, duplicate
 		p.sleep(r.Context())
+		w.Header().Set("Request-Id", "req-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		writeJSON(w, http.StatusOK, string(resp))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,9 @@ type Summary struct {
 	Lost      int               `json:"lost"`
 	LostIDs   []string          `json:"lost_ids,omitempty"`
 	Providers []ProviderSummary `json:"providers"`
+	// Results counts the results the workers published, by outcome; ResultExample is one of them.
+	Results       map[string]int  `json:"results"`
+	ResultExample json.RawMessage `json:"result_example,omitempty"`
 }
 
 // ProviderSummary is what one provider's referee and the workers saw.
@@ -153,7 +157,8 @@ type env struct {
 	brokerKind string
 	census     func(ctx context.Context) (*census, error)
 
-	refs map[string]*referee
+	refs    map[string]*referee
+	results *resultCounts // the workers' results, by outcome
 }
 
 // demoAMQPURL is the variable broker.rabbitmq.url_env names in the demo's configuration; its value is the
@@ -192,6 +197,8 @@ func start(o Options) (*env, error) {
 	e.cfg = config.Default()
 	e.cfg.Redis.Addrs, e.cfg.Redis.KeyPrefix = []string{addr}, e.id
 	e.cfg.Gate.Margin = margin
+	e.cfg.Results.Enabled = true
+	e.results = newResultCounts()
 	w := &e.cfg.Worker
 	w.Concurrency, w.MaxInlineWait, w.MaxDeferralAge, w.ShutdownTimeout, w.DelayTiers = concurrency, maxInlineWait, time.Hour, 10*time.Second, delayTiers
 	switch {
@@ -260,6 +267,7 @@ func (e *env) newWorker(ctx context.Context, o Options, n int, st *gateStats) (*
 	if err != nil {
 		return nil, fmt.Errorf("demo: worker %d: %w", n, err)
 	}
+	parts.Core.Results = e.results.tee(parts.Core.Results)
 	w, err := parts.Worker(countingGate{parts.Gate, st}, log, nil)
 	if err != nil {
 		parts.Close()

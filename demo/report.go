@@ -18,6 +18,7 @@ import (
 // (pending), or lost.
 func (e *env) summarize(p *producer, c *census, st *gateStats) *Summary {
 	s := &Summary{Broker: e.brokerKind, Redis: e.redisStr}
+	s.Results, s.ResultExample = e.results.snapshot()
 	p.mu.Lock()
 	enqueued := p.enqueued
 	p.mu.Unlock()
@@ -112,6 +113,7 @@ func (s *Summary) WriteTable(w io.Writer) error {
 	if s.Lost > 0 {
 		fmt.Fprintf(w, "LOST: %s\n", strings.Join(s.LostIDs, " "))
 	}
+	s.writeResults(w)
 	fmt.Fprintln(w, "\nrate and utilisation: from the first acceptance, over whole multiples of the longest window;")
 	fmt.Fprintln(w, "utilisation is against the most any sender could get through the provider's limits in that time.")
 	return nil
@@ -171,4 +173,20 @@ func bar(done, total, width int) string {
 		filled = min(width, done*width/total)
 	}
 	return "[" + strings.Repeat("█", filled) + strings.Repeat("░", width-filled) + "]"
+}
+
+// writeResults prints the results' counts by outcome and one of them.
+func (s *Summary) writeResults(w io.Writer) {
+	var rs []string
+	for o, n := range s.Results {
+		rs = append(rs, fmt.Sprintf("%d %s", n, o))
+	}
+	sort.Strings(rs)
+	if len(rs) == 0 {
+		rs = []string{"none"}
+	}
+	fmt.Fprintf(w, "results published: %s\n", strings.Join(rs, ", "))
+	if s.ResultExample != nil {
+		fmt.Fprintf(w, "a result: %s\n", s.ResultExample)
+	}
 }

@@ -7,6 +7,7 @@
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D | --force]
 //	worker gate status  --config FILE --provider NAME [--json]
 //	worker dashboard    --config FILE [--listen ADDR]
+//	worker results      --config FILE [--provider NAME] [--follow] [--json]
 //	worker limits set   --config FILE --provider NAME --limits SPEC [--replace] [--json]
 //	worker limits show  --config FILE --provider NAME [--json]
 //	worker limits reset --config FILE --provider NAME [--json]
@@ -39,6 +40,7 @@ commands:
   gate try       ask the gate once for a provider's budget and print the verdict as JSON (--force: token_bucket)
   gate status    print each of a provider's policies: use, reservations, remaining, reset
   dashboard      serve a live page of every provider's budget, read from Redis (--listen 127.0.0.1:8080)
+  results        print the jobs' results as they arrive (--follow keeps on; --json prints each body)
   limits         set, show or reset a provider's live limits (in force fleet-wide when it returns)
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 
@@ -113,6 +115,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return limitsCmd(ctx, rest, stdout, stderr)
 	case "dashboard":
 		return dashboardCmd(ctx, rest, stdout, stderr)
+	case "results":
+		return resultsCmd(ctx, rest, stdout, stderr)
 	case "run":
 		return runWorker(ctx, rest, stdout, stderr)
 	case "enqueue":

@@ -21,9 +21,9 @@ func (b *Broker) PublishResult(ctx context.Context, provider, outcome, id string
 }
 
 // Follow reads T.results, every partition from its oldest retained record, without a consumer group
-// (nothing is committed, no other reader is disturbed), and hands each record's value to out until ctx
-// ends: for an operator's terminal (`worker results`).
-func Follow(ctx context.Context, c Cluster, prefix string, out func([]byte)) error {
+// (nothing is committed, no other reader is disturbed), calls bound once it knows the partitions, and
+// hands each record's value to out until ctx ends: for an operator's terminal (`worker results`).
+func Follow(ctx context.Context, c Cluster, prefix string, bound func(), out func([]byte)) error {
 	topic := ResultsTopic(prefix)
 	conn, err := c.Dialer().DialContext(ctx, "tcp", c.Brokers[0])
 	if err != nil {
@@ -34,6 +34,7 @@ func Follow(ctx context.Context, c Cluster, prefix string, out func([]byte)) err
 	if err != nil {
 		return fmt.Errorf("kafka: the partitions of %s: %w", topic, err)
 	}
+	bound()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, len(parts))

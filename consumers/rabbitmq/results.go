@@ -38,10 +38,10 @@ func (b *Broker) PublishResult(ctx context.Context, provider, outcome, id string
 }
 
 // Follow binds a queue of its own (exclusive, deleted with its connection) to X.results by pattern
-// (a routing key pattern: # for all, acme.* for one provider) and hands each result's body to out until
-// ctx ends, acknowledging it: for an operator's terminal (`worker results`), never taking results from
-// the X.results queue that the platform consumes.
-func Follow(ctx context.Context, url string, o Options, pattern string, out func([]byte)) error {
+// (a routing key pattern: # for all, acme.* for one provider), calls bound, and hands each result's body
+// to out until ctx ends, acknowledging it: for an operator's terminal (`worker results`), never taking
+// results from the X.results queue that the platform consumes.
+func Follow(ctx context.Context, url string, o Options, pattern string, bound func(), out func([]byte)) error {
 	conn, err := amqp.DialConfig(url, amqp.Config{TLSClientConfig: o.TLS, Properties: amqp.Table{"connection_name": "paygate-results"}})
 	if err != nil {
 		return fmt.Errorf("rabbitmq: connect %s: %w", redact(url), refusal(url, err))
@@ -66,6 +66,7 @@ func Follow(ctx context.Context, url string, o Options, pattern string, out func
 	if err != nil {
 		return err
 	}
+	bound()
 	for {
 		select {
 		case m, ok := <-msgs:

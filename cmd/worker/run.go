@@ -66,6 +66,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	killAfterResult(parts)
 	for {
 		running.Store(parts)
 		gen, stop := context.WithCancel(ctx)

@@ -115,6 +115,7 @@ type fleet struct {
 	tiers   []string
 	margin  time.Duration
 	env2    []string // more environment for the fleet's processes, after the defaults
+	drained [][]byte // the results drained from X.results so far (fleet.results)
 }
 
 // defaultMargin is a fleet's gate.margin unless its test sets another: the product's default. A test that

@@ -230,3 +230,87 @@ func TestResultsKafka(t *testing.T) {
 		t.Fatalf("%d requests, want %d (a decline is never retried): %+v", st.Requests, n+2*declines, st)
 	}
 }
+
+// A worker killed -9 right after a job's result was confirmed and before its delivery was acknowledged
+// (the fault FaultKillAfterResult injects): the job comes back to another worker, is sent again under its
+// idempotency key (the provider answers the same), and gets a second result with the same id. Every job
+// has a result; none has none. On both brokers.
+func TestResultsKilledBeforeTheAck(t *testing.T) {
+	for _, kind := range []string{"rabbitmq", "kafka"} {
+		t.Run(kind, func(t *testing.T) {
+			const n = 30
+			acme := simProvider{name: "acme", limits: []sim.Window{{Limit: 20, Per: time.Second}}}
+			f := newFleet(t, acme)
+			if kind == "kafka" {
+				f, _ = newKafkaFleet(t, acme)
+			}
+			f.withResults("acme")
+			f.established()
+			victim := "x-7"
+			f.env2 = append(f.env2, FaultKillAfterResult+"="+victim)
+			w := f.startWorker()
+			f.env2 = f.env2[:len(f.env2)-1]
+			if kind == "kafka" {
+				f.waitFor("the worker in the group", 30*time.Second, f.inGroup)
+			}
+			f.mixedJobs("acme", "x", n, 0)
+			exited := make(chan error, 1)
+			go func() { exited <- w.Wait() }()
+			select {
+			case err := <-exited:
+				if err == nil || !strings.Contains(err.Error(), "killed") {
+					t.Fatalf("the worker ended with %v, want killed", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("the worker did not kill itself after the victim's result")
+			}
+			f.startWorker()
+			s := f.sims["acme"]
+			f.waitFor("every job accepted", 90*time.Second, func() bool { return s.Stats().Accepted >= n })
+			var bodies [][]byte
+			f.waitFor("the victim's second result", 60*time.Second, func() bool {
+				bodies = f.results(kind)
+				count := 0
+				for _, b := range bodies {
+					if bytes.Contains(b, []byte(`"id":"`+victim+`"`)) {
+						count++
+					}
+				}
+				return count >= 2
+			})
+			f.stopAll()
+			byID, twice := resultsOf(t, bodies)
+			if len(byID) != n || twice < 1 {
+				t.Fatalf("%d ids with results (want %d), %d second results (want the victim's at least)", len(byID), n, twice)
+			}
+			for id, r := range byID {
+				if r.Outcome != "succeeded" || r.Status != 200 {
+					t.Fatalf("%s: %+v", id, r)
+				}
+			}
+			if st := s.Stats(); st.Accepted != n || st.Duplicates < 1 || st.Violations != 0 {
+				t.Fatalf("provider %+v: want %d accepted, the victim's repeat absorbed by its key", st, n)
+			}
+		})
+	}
+}
+
+// results reads every result published so far: on RabbitMQ it drains the X.results queue (what it drained
+// is kept, for the next call), on Kafka it reads T.results whole.
+func (f *fleet) results(kind string) [][]byte {
+	f.t.Helper()
+	if kind == "kafka" {
+		r := worker(f.t, f.env(), "results", "--config", f.cfg, "--json")
+		var out [][]byte
+		for l := range strings.SplitSeq(strings.TrimSpace(r.stdout), "\n") {
+			if l != "" {
+				out = append(out, []byte(l))
+			}
+		}
+		return out
+	}
+	for _, m := range f.drain(f.x + ".results") {
+		f.drained = append(f.drained, m.Body)
+	}
+	return f.drained
+}

@@ -30,13 +30,15 @@ import (
 type e2eResult struct {
 	broker  string
 	workers int
-	batch   int // the gate's gate.batch; 0: no gate
+	batch   int  // the gate's gate.batch; 0: no gate
+	results bool // results.enabled: every job's result published before its ack
 	jobs    int
 	perSec  float64
 	calls   int64 // the gate's script calls (FCALL, EVALSHA)
 	moves   int64 // of them, the lateness guard's: a late slot postponed, a late write's entry moved
 	// cost is the gate's share of throughput, 1 - gate/no gate, the median over the rounds of each round's
-	// own ratio (0 for the no-gate runs).
+	// own ratio (0 for the no-gate runs); for the run with results, the results' share, 1 - results
+	// on/results off, both batched.
 	cost float64
 	// CPU per job accepted while it was measured (from the workers being ready to the last acceptance):
 	// Redis's (INFO cpu) and this process's (the worker core, the simulated provider, kfake for Kafka).
@@ -97,9 +99,18 @@ func defaultsShape(d *config.Config) e2eShape {
 // speed changes by a third over minutes here) weighs on the gate and its baseline alike.
 const e2eRounds = 5
 
+// e2eSetting is one run's: the gate's batch (0: no gate) and whether results are published.
+type e2eSetting struct {
+	batch   int
+	results bool
+}
+
+// e2eSettings are the runs of each round, in order: no gate, one job a call, batched, batched with results.
+var e2eSettings = []e2eSetting{{0, false}, {1, false}, {config.Default().Gate.Batch, false}, {config.Default().Gate.Batch, true}}
+
 func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int, shape e2eShape) ([]e2eResult, error) {
 	var out []e2eResult
-	batches := []int{0, 1, config.Default().Gate.Batch}
+	batches := e2eSettings
 	for _, kind := range []string{"rabbitmq", "kafka (kfake)"} {
 		for _, workers := range []int{1, 3} {
 			if workers > 1 && kind != "rabbitmq" {
@@ -107,16 +118,19 @@ func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int, shape e2eS
 			}
 			runs := make([][]e2eResult, len(batches))
 			for range e2eRounds {
-				for i, batch := range batches {
+				for i, set := range batches {
 					var r e2eResult
 					var err error
-					pprof.Do(ctx, pprof.Labels("gate", e2eLabel(batch)), func(ctx context.Context) {
-						r, err = e2eOne(ctx, kind, redisAddr, amqpURL, workers, batch, jobs, shape)
+					pprof.Do(ctx, pprof.Labels("gate", e2eLabel(set.batch)), func(ctx context.Context) {
+						r, err = e2eOne(ctx, kind, redisAddr, amqpURL, workers, set, jobs, shape)
 					})
 					if err != nil {
-						return nil, fmt.Errorf("%s, %d workers, batch %d, %s: %w", kind, workers, batch, shape.name, err)
+						return nil, fmt.Errorf("%s, %d workers, batch %d, results %v, %s: %w", kind, workers, set.batch, set.results, shape.name, err)
 					}
-					if i > 0 {
+					switch {
+					case set.results:
+						r.cost = 1 - r.perSec/runs[i-1][len(runs[i])].perSec // against the same run without results
+					case i > 0:
 						r.cost = 1 - r.perSec/runs[0][len(runs[i])].perSec
 					}
 					runs[i] = append(runs[i], r)
@@ -168,8 +182,9 @@ func e2eLabel(batch int) string {
 	return "batched"
 }
 
-func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, batch int, jobs int, shape e2eShape) (e2eResult, error) {
-	res := e2eResult{broker: kind, workers: workers, batch: batch, jobs: jobs}
+func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, set e2eSetting, jobs int, shape e2eShape) (e2eResult, error) {
+	batch := set.batch
+	res := e2eResult{broker: kind, workers: workers, batch: batch, results: set.results, jobs: jobs}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
 	name := fmt.Sprintf("bench-e2e-%d", time.Now().UnixNano())
@@ -189,6 +204,7 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, b
 	}
 	cfg := e2eConfig(kind, name, redisAddr, ref.URL()+"/pay", brokers, shape)
 	cfg.Gate.Batch = max(batch, 1)
+	cfg.Results.Enabled = set.results
 	var calls, moves atomic.Int64
 	o := wire.Options{Secret: func(string) string { return amqpURL }}
 	if kind == "rabbitmq" {

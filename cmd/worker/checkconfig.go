@@ -3,11 +3,15 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers/kafka"
+	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/gate"
 )
 
@@ -38,6 +42,7 @@ func printServices(stdout io.Writer, c *config.Config) {
 		fmt.Fprintf(stdout, "broker: kafka %s, group %q, topic prefix %q, %s\n", strings.Join(c.Broker.Kafka.Brokers, ","), c.Broker.Kafka.Group,
 			c.Broker.Kafka.TopicPrefix, c.Broker.Kafka.Security())
 	}
+	printResults(stdout, c)
 	if c.Gate.MarginMax > c.Gate.Margin {
 		fmt.Fprintf(stdout, "gate:   margin %s, following the fleet's lateness up to %s\n", c.Gate.Margin, c.Gate.MarginMax)
 	} else {
@@ -54,7 +59,29 @@ func printProviders(stdout io.Writer, c *config.Config) error {
 		limits, algo := providerLimits(p)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.Join(limits, ","), algo, providerPace(p, c.Gate.Margin), p.Timeout, p.URL)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printAccess(stdout, c)
+	return nil
+}
+
+// printAccess prints each provider's auth (its type, where its secrets come from, never a value) and
+// client certificate, and its endpoints when it has any.
+func printAccess(stdout io.Writer, c *config.Config) {
+	for _, name := range c.ProviderNames() {
+		p := c.Providers[name]
+		fmt.Fprintf(stdout, "%s: auth %s%s\n", name, p.Authentication(), p.DescribeTLS())
+		if len(p.Endpoints) == 0 {
+			continue
+		}
+		var eps []string
+		for _, op := range slices.Sorted(maps.Keys(p.Endpoints)) {
+			ep := p.Endpoints[op]
+			eps = append(eps, fmt.Sprintf("%s %s %s cost %d", op, ep.Method, ep.Path, max(ep.Cost, 1)))
+		}
+		fmt.Fprintf(stdout, "%s: endpoints (one budget) %s\n", name, strings.Join(eps, "; "))
+	}
 }
 
 // providerLimits is a provider's LIMITS and ALGORITHM columns.
@@ -112,4 +139,17 @@ func printCapacity(stdout io.Writer, c *config.Config) {
 	for _, w := range warn {
 		fmt.Fprintln(stdout, "warning: "+w)
 	}
+}
+
+// printResults says where results go, or that they are off.
+func printResults(stdout io.Writer, c *config.Config) {
+	if !c.Results.Enabled {
+		fmt.Fprintln(stdout, "results: off (results.enabled)")
+		return
+	}
+	where := rabbitmq.Results(c.Broker.RabbitMQ.Exchange) + " (exchange and queue)"
+	if c.Broker.Kind == "kafka" {
+		where = kafka.ResultsTopic(c.Broker.Kafka.TopicPrefix) + " (topic)"
+	}
+	fmt.Fprintln(stdout, "results: "+where)
 }

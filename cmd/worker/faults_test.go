@@ -30,11 +30,15 @@ import (
 type redisProc struct {
 	t    *testing.T
 	port int
+	args []string // beyond the port, the address and no persistence
 	cmd  *exec.Cmd
 	rdb  *redis.Client
 }
 
-func startRedis(t *testing.T) *redisProc {
+func startRedis(t *testing.T) *redisProc { return startRedisWith(t, "") }
+
+// startRedisWith starts a redis-server of the test's own that wants password ("": none).
+func startRedisWith(t *testing.T, password string) *redisProc {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,7 +46,10 @@ func startRedis(t *testing.T) *redisProc {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	r := &redisProc{t: t, port: port, rdb: redis.NewClient(&redis.Options{Addr: loopback(port), MaxRetries: -1})}
+	r := &redisProc{t: t, port: port, rdb: redis.NewClient(&redis.Options{Addr: loopback(port), Password: password, MaxRetries: -1})}
+	if password != "" {
+		r.args = []string{"--requirepass", password}
+	}
 	r.start()
 	t.Cleanup(func() { r.rdb.Close(); r.kill() })
 	return r
@@ -54,8 +61,8 @@ func (r *redisProc) addr() string { return loopback(r.port) }
 
 func (r *redisProc) start() {
 	r.t.Helper()
-	r.cmd = exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", r.t.TempDir())
+	r.cmd = exec.Command("redis-server", append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", r.t.TempDir()}, r.args...)...)
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatalf("redis-server (scripts/services.sh installs it): %v", err)
 	}

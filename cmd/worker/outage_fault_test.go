@@ -8,8 +8,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,12 +38,7 @@ func outageDeferrals(tiers []time.Duration, d time.Duration) int {
 
 // jobsCounted reads paygate_jobs_total for one provider and outcome from /metrics text.
 func jobsCounted(metrics, provider, outcome string) float64 {
-	re := regexp.MustCompile(`paygate_jobs_total\{outcome="` + regexp.QuoteMeta(outcome) + `",provider="` + regexp.QuoteMeta(provider) + `"\} (\S+)`)
-	if m := re.FindStringSubmatch(metrics); m != nil {
-		n, _ := strconv.ParseFloat(m[1], 64)
-		return n
-	}
-	return 0
+	return counted(metrics, "paygate_jobs_total", "outcome", outcome, provider)
 }
 
 // Redis down for a minute under a backlog on one worker: the jobs' deferrals walk up the delay tiers

@@ -1,16 +1,10 @@
 package main
 
 import (
-	"context"
-	"net"
 	"net/url"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers/sim"
@@ -27,32 +21,9 @@ const (
 // only PING (limitedUser), and returns its address.
 func passwordRedis(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--requirepass", redisPassword, "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server (scripts/services.sh installs it): %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	rdb := redis.NewClient(&redis.Options{Addr: loopback(port), Password: redisPassword})
-	defer rdb.Close()
-	ctx := context.Background()
-	deadline := time.Now().Add(10 * time.Second)
-	for rdb.Ping(ctx).Err() != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server did not answer within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := rdb.Do(ctx, "ACL", "SETUSER", limitedUser, "on", ">"+limitedPasswrd, "~*", "-@all", "+ping", "+hello", "+auth").Err(); err != nil {
-		t.Fatal(err)
-	}
-	return loopback(port)
+	rp := startRedisWith(t, redisPassword)
+	rp.do("ACL", "SETUSER", limitedUser, "on", ">"+limitedPasswrd, "~*", "-@all", "+ping", "+hello", "+auth")
+	return rp.addr()
 }
 
 // What no retry mends stops `worker run` and the operator's tools at start: status 2 within 5 s, and a

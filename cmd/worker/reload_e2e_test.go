@@ -118,7 +118,13 @@ func (f *fleet) metrics(i int) string {
 // decisions reads the count of one gate decision for a provider from a worker's /metrics text (0 when
 // the worker has counted none).
 func decisions(metrics, provider, decision string) float64 {
-	re := regexp.MustCompile(`paygate_gate_decisions_total\{decision="` + regexp.QuoteMeta(decision) + `",provider="` + regexp.QuoteMeta(provider) + `"\} (\S+)`)
+	return counted(metrics, "paygate_gate_decisions_total", "decision", decision, provider)
+}
+
+// counted reads a counter of one provider from /metrics text: family{<label>="<value>",provider="…"} (0
+// when the worker has counted none).
+func counted(metrics, family, label, value, provider string) float64 {
+	re := regexp.MustCompile(regexp.QuoteMeta(family) + `\{` + label + `="` + regexp.QuoteMeta(value) + `",provider="` + regexp.QuoteMeta(provider) + `"\} (\S+)`)
 	if m := re.FindStringSubmatch(metrics); m != nil {
 		n, _ := strconv.ParseFloat(m[1], 64)
 		return n

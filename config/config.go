@@ -192,6 +192,17 @@ type Provider struct {
 	MerchantHeader string `mapstructure:"merchant_header"`
 	// Method is the HTTP method of a dispatch: POST (default), PUT or PATCH.
 	Method string `mapstructure:"method"`
+	// Endpoints are the provider's endpoints by operation (endpoints.go): a job's operation picks one,
+	// under the provider's one budget; a job without one goes to URL with Method.
+	Endpoints map[string]Endpoint `mapstructure:"endpoints"`
+	// Auth is how requests authenticate (auth.go): header, oauth2 or hmac. AuthHeader and AuthEnv are
+	// the shorthand of {type: header}.
+	Auth *Auth `mapstructure:"auth"`
+	// TLSCAFile, TLSCertFile and TLSKeyFile are the CAs the provider's API and token endpoint are trusted
+	// by (empty: the system's roots) and the client certificate presented to them (mutual TLS).
+	TLSCAFile   string `mapstructure:"tls_ca_file"`
+	TLSCertFile string `mapstructure:"tls_cert_file"`
+	TLSKeyFile  string `mapstructure:"tls_key_file"`
 	// Headers are sent with every request (names are case-insensitive; viper lowercases them).
 	Headers map[string]string `mapstructure:"headers"`
 	// AuthHeader carries the secret read from the environment variable AuthEnv (e.g. Authorization).
@@ -307,6 +318,7 @@ func (pr Provider) WithDefaults() Provider {
 		pr.Burst = DefaultBurst
 	}
 	pr.Method = strings.ToUpper(pr.Method)
+	pr = pr.endpointDefaults()
 	if pr.MerchantHeader == "" {
 		pr.MerchantHeader = DefaultMerchantHeader
 	}

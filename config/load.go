@@ -154,9 +154,11 @@ func (c *Config) EnvNames() map[string]bool {
 		for h := range p.Headers { // viper reads an override of a header the file sets
 			names[envVar("providers."+name+".headers."+strings.ToLower(h))] = true
 		}
-		if p.AuthEnv != "" {
-			names[p.AuthEnv] = true
-			names[p.AuthEnv+FileSuffix] = true // each secret may come from a file instead
+		for _, s := range p.AuthSecrets() {
+			if s.Env != "" {
+				names[s.Env] = true
+				names[s.Env+FileSuffix] = true // each secret may come from a file instead
+			}
 		}
 	}
 	for _, secret := range []string{c.Redis.PasswordEnv, c.Broker.RabbitMQ.URLEnv, c.Broker.Kafka.SASL.PasswordEnv} {

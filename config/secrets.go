@@ -42,10 +42,20 @@ func secret(envVar string) (string, error) {
 var secretKeys = map[string]string{"password": "password_env", "url": "url_env", "token": "auth_env",
 	"secret": "auth_env", "api_key": "auth_env", "apikey": "auth_env", "auth": "auth_env", "authorization": "auth_env"}
 
+// authSecretKeys are the same for a provider's auth: each key with the *_env key of its secret.
+var authSecretKeys = map[string]string{"secret": "secret_env", "token": "secret_env", "api_key": "secret_env",
+	"password": "secret_env", "client_secret": "client_secret_env", "client_id": "client_id_env"}
+
 // secretHint is what the error about an unknown key in section adds when the key looks like a secret and
 // the section has the *_env key for it: redis.password_env, broker.rabbitmq.url_env,
 // broker.kafka.sasl.password_env or providers.<name>.auth_env.
 func secretHint(section, key string) string {
+	if name, ok := strings.CutPrefix(section, "providers."); ok && strings.Count(name, ".") == 1 && strings.HasSuffix(name, ".auth") {
+		if env := authSecretKeys[key]; env != "" {
+			return fmt.Sprintf("; secrets never live in the file: set %s.%s to the name of an environment variable holding it", section, env)
+		}
+		return ""
+	}
 	env := secretKeys[key]
 	name, inProvider := strings.CutPrefix(section, "providers.")
 	inProvider = inProvider && name != "" && !strings.ContainsAny(name, ".[") // the provider's own keys, not its limits'

@@ -128,6 +128,8 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	p.check(pr.MaxInFlight <= 0 || margin > 0, path+".max_in_flight",
 		"needs gate.margin > 0 (a worker with no late limit could send after its lease lapsed), got %d with gate.margin 0", pr.MaxInFlight)
 	pr.validateRequest(p, path)
+	pr.validateEndpoints(p, path)
+	pr.validateAuth(p, path)
 	pr.validateRetries(p, path)
 }
 

@@ -181,6 +181,9 @@ type Config struct {
 	ReportEvery time.Duration
 	// Providers maps each provider to the largest cost a job may have there (its smallest limit).
 	Providers map[string]int64
+	// Endpoints are the providers' endpoints (providers.<name>.endpoints): a job's operation must name
+	// one, whose cost is the job's unless it gives its own (job.DecodeFor).
+	Endpoints job.Endpoints
 	// Shadow lists the providers in shadow mode: the gate decides and counts, every job goes at once.
 	Shadow map[string]bool
 	// Fair lists the providers whose deliveries are shared out between merchants (see fairQueue), each

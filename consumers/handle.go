@@ -39,7 +39,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 // queue, is dead-lettered; so is a job first seen longer ago than max_deferral_age. False when the
 // delivery was settled.
 func (w *Worker) decode(ctx context.Context, s *settlement) (*job.Job, bool) {
-	j, err := job.Decode(s.d.Body(), w.cfg.Providers)
+	j, err := job.DecodeFor(s.d.Body(), w.cfg.Providers, w.cfg.Endpoints)
 	if err == nil && j.Provider != s.provider {
 		err = &job.InvalidError{Field: "provider", Msg: fmt.Sprintf("%q arrived on the queue of %s", j.Provider, s.provider)}
 	}

@@ -41,8 +41,16 @@ func invalid(field, format string, args ...any) error {
 }
 
 // Decode parses and validates one message body. maxCost maps each configured provider to the largest cost
-// a job may have there (its smallest limit). Every problem is an *InvalidError naming the field.
+// a job may have there (its smallest limit). Every problem is an *InvalidError naming the field. No
+// provider has endpoints: a job with an operation is refused (DecodeFor knows them).
 func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
+	return DecodeFor(body, maxCost, nil)
+}
+
+// DecodeFor is Decode with the providers' endpoints: a job's operation must name one of its provider's,
+// whose path's placeholders the job must fill (Job.Field), and whose cost is the job's when it gives
+// none (a job's own cost wins).
+func DecodeFor(body []byte, maxCost map[string]int64, endpoints Endpoints) (*Job, error) {
 	switch {
 	case len(body) == 0:
 		return nil, invalid("", "empty body")
@@ -64,6 +72,7 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 	}{
 		{"id", true, func(r json.RawMessage) error { return text(r, "id", 1, MaxIDLen, &j.ID) }},
 		{"provider", true, func(r json.RawMessage) error { return text(r, "provider", 1, 200, &j.Provider) }},
+		{"operation", false, func(r json.RawMessage) error { return text(r, "operation", 1, 200, &j.Operation) }},
 		{"amount", true, func(r json.RawMessage) error { return integer(r, "amount", &j.Amount) }},
 		{"currency", true, func(r json.RawMessage) error { return text(r, "currency", 0, 100, &j.Currency) }},
 		{"merchant", false, func(r json.RawMessage) error {
@@ -98,7 +107,7 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 		}
 	}
 	if len(fields) > 0 { // the first in order, so that a body gets the same reason every time
-		return nil, invalid(slices.Min(slices.Collect(maps.Keys(fields))), "unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)")
+		return nil, invalid(slices.Min(slices.Collect(maps.Keys(fields))), "unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, payload)")
 	}
 
 	switch {
@@ -106,6 +115,8 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 		return nil, invalid("id", "must not contain control characters")
 	case !ValidProvider(j.Provider):
 		return nil, invalid("provider", "must match %s, got %q", ProviderPattern, j.Provider)
+	case j.Operation != "" && !ValidOperation(j.Operation):
+		return nil, invalid("operation", "must match %s, got %q", OperationPattern, j.Operation)
 	case j.Amount <= 0:
 		return nil, invalid("amount", "must be > 0 (minor units), got %d", j.Amount)
 	case !currencyCode(j.Currency):
@@ -117,8 +128,12 @@ func Decode(body []byte, maxCost map[string]int64) (*Job, error) {
 	if !ok {
 		return nil, invalid("provider", "%q is not configured", j.Provider)
 	}
+	ep, err := j.checkEndpoint(endpoints)
+	if err != nil {
+		return nil, err
+	}
 	if !costGiven {
-		j.Cost = 1
+		j.Cost = max(ep.Cost, 1)
 	}
 	if j.Cost < 1 || j.Cost > limit {
 		return nil, invalid("cost", "must be 1..%d for provider %s (its smallest limit), got %d", limit, j.Provider, j.Cost)

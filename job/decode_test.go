@@ -69,7 +69,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"null currency", `{"id":"a","provider":"acme","amount":1,"currency":null}`, `currency: must be three upper-case letters (ISO 4217), got ""`},
 		{"null idempotency key", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","idempotency_key":null}`, "idempotency_key: must be 1..255 characters, got 0"},
 		{"null cost", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","cost":null}`, `cost: must be an integer, got "null"`},
-		{"several unknown fields", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","zz":1,"amout":5,"b":2}`, "amout: unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)"},
+		{"several unknown fields", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","zz":1,"amout":5,"b":2}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, payload)"},
 		{"null amount", `{"id":"a","provider":"acme","amount":null,"currency":"EUR"}`, `amount: must be an integer, got "null"`},
 		{"amount as object", `{"id":"a","provider":"acme","amount":{"v":1},"currency":"EUR"}`, `amount: must be an integer, got "{\"v\":1}"`},
 		{"amount in exponent form", `{"id":"a","provider":"acme","amount":1e3,"currency":"EUR"}`, "amount: must be an integer, got 1e3"},
@@ -82,7 +82,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"payload array", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":[1]}`, `payload: must be an object, got "[1]"`},
 		{"payload string", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":"x"}`, `payload: must be an object, got "\"x\""`},
 		{"merchant with a control character", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","merchant":"m\n1"}`, "merchant: must not contain control or format characters"},
-		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, amount, currency, merchant, idempotency_key, cost, payload)"},
+		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, payload)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -102,11 +102,13 @@ func FuzzDecode(f *testing.F) {
 		`{"id":"pay-1","provider":"acme","amount":1250,"currency":"EUR"}`,
 		`{"id":"a","provider":"globex","amount":1,"currency":"USD","cost":5,"payload":{"a":[1,{"b":null}]}}`,
 		`{"id":"a","id":"a"}`, `[]`, `{`, `""`, "\xff", `{"amount":1e3}`,
+		`{"id":"a/b c","provider":"acme","operation":"refunds","amount":1,"currency":"EUR","payload":{"payment_id":7}}`,
+		`{"id":"a","provider":"acme","operation":"payouts","amount":1,"currency":"EUR","merchant":"m"}`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		j, err := job.Decode(body, maxCost)
+		j, err := job.DecodeFor(body, maxCost, endpoints)
 		if err != nil {
 			var ie *job.InvalidError
 			if !errors.As(err, &ie) || err.Error() == "" || j != nil {
@@ -119,6 +121,17 @@ func FuzzDecode(f *testing.F) {
 		}
 		if j.Payload != nil && !json.Valid(j.Payload) {
 			t.Fatalf("payload is not JSON: %q", j.Payload)
+		}
+		if j.Operation != "" {
+			ep, ok := endpoints[j.Provider][j.Operation]
+			if !ok {
+				t.Fatalf("accepted an unknown operation: %+v", j)
+			}
+			for _, f := range ep.Fields {
+				if v, err := j.Field(f); err != nil || v == "" {
+					t.Fatalf("accepted a job that cannot fill {%s}: %q %v", f, v, err)
+				}
+			}
 		}
 	})
 }

@@ -7,7 +7,8 @@ import "encoding/json"
 type Job struct {
 	ID             string          `json:"id"`
 	Provider       string          `json:"provider"`
-	Amount         int64           `json:"amount"` // minor units, > 0
+	Operation      string          `json:"operation,omitempty"` // one of the provider's endpoints; "": its url
+	Amount         int64           `json:"amount"`              // minor units, > 0
 	Currency       string          `json:"currency"`
 	Merchant       string          `json:"merchant,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"` // defaults to ID

@@ -111,14 +111,16 @@ func OutcomeOf(err error) Outcome {
 }
 
 // Answered reports whether the provider answered a Dispatch (any status: the request is no longer in
-// flight there); a transport error or a timeout leaves that open.
+// flight there), or was never sent it (its token endpoint gave no token); a transport error or a timeout
+// leaves that open.
 func Answered(err error) bool {
 	var (
 		st  *StatusError
 		thr *Throttled
 		dec *Declined
+		tok *TokenError
 	)
-	return err == nil || errors.As(err, &st) || errors.As(err, &thr) || errors.As(err, &dec)
+	return err == nil || errors.As(err, &st) || errors.As(err, &thr) || errors.As(err, &dec) || errors.As(err, &tok)
 }
 
 // Client dispatches to one provider. It is safe for concurrent use.
@@ -129,8 +131,6 @@ type Client struct {
 	method     string
 	timeout    time.Duration
 	headers    http.Header
-	authHeader string
-	secret     string
 	idemHeader string
 	// merchantHeader carries the job's merchant (providers.<name>.merchant_header)
 	merchantHeader string
@@ -143,6 +143,12 @@ type Client struct {
 	onLimits       func([]Announced)
 	onAnswer       func(status int, throttled bool)
 	answers        answerRules
+
+	// endpoints are the provider's by operation; base is url, parsed, that their paths join
+	endpoints map[string]endpoint
+	base      *url.URL
+	// auth sets each request's credentials (nil: none)
+	auth authenticator
 }
 
 // Options tune a Client beyond its config.
@@ -175,17 +181,18 @@ func merchantHeader(c config.Provider) string {
 // (naming the variable, not the secret).
 func New(name string, c config.Provider, o Options) (*Client, error) {
 	c = c.WithDefaults()
-	secret := ""
-	if c.AuthHeader != "" {
-		secret = config.Secret(c.AuthEnv)
-		if secret == "" {
-			return nil, fmt.Errorf("providers: %s: environment variable %s (auth_env) is not set", name, c.AuthEnv)
-		}
-	}
 	conc := max(o.Concurrency, 1)
 	u, err := url.Parse(c.URL)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("providers: %s: url %q is not absolute", name, c.URL)
+	}
+	tlsc, err := c.TLSConfig(name)
+	if err != nil {
+		return nil, fmt.Errorf("providers: %s: %w", name, err)
+	}
+	auth, err := newAuth(name, c, tokenClient(c, tlsc), o.Now)
+	if err != nil {
+		return nil, err
 	}
 	spares := newSpareDialer(&net.Dialer{Timeout: min(c.Timeout, 10*time.Second), KeepAlive: 30 * time.Second}, min(conc, 4), 20*time.Second)
 	transport := &http.Transport{
@@ -198,6 +205,7 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		TLSHandshakeTimeout:   min(c.Timeout, 10*time.Second),
 		ResponseHeaderTimeout: c.Timeout,
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       tlsc,
 	}
 	headers := http.Header{}
 	for k, v := range c.Headers {
@@ -210,8 +218,9 @@ func New(name string, c config.Provider, o Options) (*Client, error) {
 		method:         c.Method,
 		timeout:        c.Timeout,
 		headers:        headers,
-		authHeader:     c.AuthHeader,
-		secret:         secret,
+		endpoints:      endpoints(c),
+		base:           u,
+		auth:           auth,
 		idemHeader:     c.IdempotencyHeader,
 		merchantHeader: merchantHeader(c),
 		retryOn:        append([]int{http.StatusRequestTimeout}, c.RetryOn...),
@@ -245,6 +254,9 @@ func (c *Client) Name() string { return c.name }
 
 // Close releases idle and spare connections.
 func (c *Client) Close() {
+	if a, ok := c.auth.(closer); ok {
+		a.close()
+	}
 	c.http.CloseIdleConnections()
 	c.spares.Close()
 }
@@ -264,33 +276,16 @@ func hostPort(u *url.URL) string {
 // classification (see the package documentation). The request is bounded by the provider's timeout and
 // by ctx.
 func (c *Client) Dispatch(ctx context.Context, j *job.Job) (*Answer, error) {
-	body, err := RequestBody(j)
-	if err != nil {
-		return nil, fmt.Errorf("providers: %s: job %s: %w", c.name, j.ID, errors.Join(ErrPermanent, err))
-	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, c.method, c.url, bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("providers: %s: %w", c.name, errors.Join(ErrPermanent, err))
-	}
-	req.Header = c.headers.Clone()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set(c.idemHeader, j.Key())
-	if j.Merchant != "" && c.merchantHeader != "" {
-		req.Header.Set(c.merchantHeader, j.Merchant)
-	}
-	if c.authHeader != "" {
-		req.Header.Set(c.authHeader, c.secret)
-	}
 	start := time.Now()
-	resp, err := c.http.Do(req)
+	resp, err := c.do(ctx, j) // request.go: the request, its endpoint and its auth
 	if err != nil {
-		// Timeouts, refused and reset connections: worth another attempt. url.Error names the URL, not
-		// the headers, so the secret stays out.
+		// A request the job cannot make (permanent); a token endpoint that gave no token, timeouts,
+		// refused and reset connections: worth another attempt. url.Error names the URL, not the
+		// headers, so the secret stays out.
 		err = fmt.Errorf("providers: %s: %w", c.name, err)
-		c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Duration("took", time.Since(start)), zap.String("outcome", string(Transient)), zap.String("error", c.redact(err.Error())))
+		c.log.Debug("dispatch", zap.String("provider", c.name), zap.String("job", j.ID), zap.Duration("took", time.Since(start)), zap.String("outcome", string(OutcomeOf(err))), zap.String("error", c.redact(err.Error())))
 		return nil, err
 	}
 	defer func() {
@@ -303,7 +298,7 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) (*Answer, error) {
 		}
 	}
 	answer := c.answers.read(resp, c.redact)
-	err = c.classify(resp, answer)
+	err = c.authRefused(resp.StatusCode, c.classify(resp, answer))
 	if c.onAnswer != nil {
 		var thr *Throttled
 		c.onAnswer(resp.StatusCode, errors.As(err, &thr))
@@ -370,12 +365,17 @@ func (c *Client) excerpt(body []byte) string {
 	return c.redact(string(b))
 }
 
-// redact removes the auth secret from text that came back from the provider or the network.
+// redact removes the auth's secrets from text that came back from the provider or the network.
 func (c *Client) redact(s string) string {
-	if c.secret == "" {
+	if c.auth == nil {
 		return s
 	}
-	return strings.ReplaceAll(s, c.secret, "[REDACTED]")
+	for _, secret := range c.auth.secrets() {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "[REDACTED]")
+		}
+	}
+	return s
 }
 
 // RequestBody is what a dispatch sends: the job's payload object when present, else an object built from

@@ -152,6 +152,7 @@ func Core(c *config.Config) consumers.Config {
 		OutageTiers:     tiers,
 		LateLimit:       c.Gate.Margin / 2,
 		Providers:       MaxCosts(c),
+		Endpoints:       c.JobEndpoints(),
 		Shadow:          shadowed(c),
 		Adaptive:        adaptive(c),
 		Fair:            fair(c),

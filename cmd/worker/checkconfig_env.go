@@ -30,12 +30,24 @@ func secretVars(c *config.Config) []secretVar {
 			fmt.Sprintf("worker run and enqueue stop at start with exit status 2 (the %s password of user %q)", b.Kafka.SASL.Mechanism, b.Kafka.SASL.Username)})
 	}
 	for _, name := range c.ProviderNames() {
-		if p := c.Providers[name]; p.AuthHeader != "" {
-			vs = append(vs, secretVar{"providers." + name + ".auth_env", p.AuthEnv,
-				fmt.Sprintf("worker run stops at start with exit status 2 (%s's requests carry it in %s)", name, p.AuthHeader)})
+		p := c.Providers[name]
+		for _, s := range p.AuthSecrets() {
+			vs = append(vs, secretVar{"providers." + name + "." + s.Key, s.Env,
+				"worker run stops at start with exit status 2 (" + authUse(name, p.Authentication()) + ")"})
 		}
 	}
 	return vs
+}
+
+// authUse says what a provider's requests do with the secrets of its auth a.
+func authUse(name string, a *config.Auth) string {
+	switch a.Type {
+	case config.AuthTypeOAuth2:
+		return fmt.Sprintf("%s's token requests carry it to %s", name, a.TokenURL)
+	case config.AuthTypeHMAC:
+		return fmt.Sprintf("%s's requests are signed with it in %s", name, a.SignatureHeader)
+	}
+	return fmt.Sprintf("%s's requests carry it in %s", name, a.Header)
 }
 
 // warnUnsetSecrets prints a warning for each variable of secretVars that gives no value, naming the key

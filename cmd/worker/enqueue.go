@@ -36,7 +36,7 @@ func enqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	maxCost := wire.MaxCosts(c)
+	maxCost, endpoints := wire.MaxCosts(c), c.JobEndpoints()
 	log, err := newLogger(c.Log, stderr)
 	if err != nil {
 		return configError(err)
@@ -44,9 +44,9 @@ func enqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var items []enqueued
 	refused := 0
 	if *file != "" {
-		items, refused, err = readJobs(*file, maxCost, stderr)
+		items, refused, err = readJobs(*file, maxCost, endpoints, stderr)
 	} else {
-		items, err = s.jobs(*path, maxCost)
+		items, err = s.jobs(*path, maxCost, endpoints)
 	}
 	if err != nil {
 		return err
@@ -76,7 +76,7 @@ type enqueued struct {
 
 // readJobs reads the jobs of a JSON-lines file ('-': stdin). A line that is not a valid job is reported to
 // stderr and counted in refused; blank lines are skipped.
-func readJobs(file string, maxCost map[string]int64, stderr io.Writer) (items []enqueued, refused int, err error) {
+func readJobs(file string, maxCost map[string]int64, endpoints job.Endpoints, stderr io.Writer) (items []enqueued, refused int, err error) {
 	in := io.Reader(os.Stdin)
 	if file != "-" {
 		f, err := os.Open(file)
@@ -93,7 +93,7 @@ func readJobs(file string, maxCost map[string]int64, stderr io.Writer) (items []
 		if line == "" {
 			continue
 		}
-		j, err := job.Decode([]byte(line), maxCost)
+		j, err := job.DecodeFor([]byte(line), maxCost, endpoints)
 		if err != nil {
 			fmt.Fprintf(stderr, "enqueue: %s line %d: %v\n", file, n, err)
 			refused++
@@ -118,7 +118,7 @@ type synthetic struct {
 
 // jobs makes the synthetic jobs, each checked as a worker will decode it. path is the configuration file,
 // for the message when the provider is not in it.
-func (s synthetic) jobs(path string, maxCost map[string]int64) ([]enqueued, error) {
+func (s synthetic) jobs(path string, maxCost map[string]int64, endpoints job.Endpoints) ([]enqueued, error) {
 	if _, ok := maxCost[s.provider]; !ok {
 		return nil, usageError{fmt.Errorf("enqueue: provider %q is not configured in %s", s.provider, path)}
 	}
@@ -144,7 +144,7 @@ func (s synthetic) jobs(path string, maxCost map[string]int64) ([]enqueued, erro
 			Merchant string `json:"merchant"`
 			Cost     int64  `json:"cost"`
 		}{fmt.Sprintf("%s-%d", prefix, i), s.provider, 100 + i%9900, "EUR", merchant, s.cost})
-		j, err := job.Decode(body, maxCost)
+		j, err := job.DecodeFor(body, maxCost, endpoints)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("enqueue: %w", err)}
 		}

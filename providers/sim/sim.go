@@ -2,13 +2,16 @@ package sim
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +89,13 @@ type Options struct {
 	// as early (Stats.EarlyAfter429) only if it arrives more than this after the first 429 of that quiet
 	// period, which lets requests already on the wire land. Default 250ms.
 	EarlyGrace time.Duration
+	// OAuth2 serves POST /token for this client, and requires its bearer tokens on every payment request
+	// (auth.go); HMACSecret requires every payment request signed with it (X-Signature, X-Timestamp).
+	// A request refused for either is answered 401 and counted in Stats.Unauthorized only.
+	OAuth2     *OAuth2Client
+	HMACSecret string
+	// TLS, when set, is what Start serves with (TLSConfig: a certificate, and client certificates).
+	TLS *tls.Config
 }
 
 // Faults are the faults injected from now on (POST /faults), replacing the earlier ones. A storm or an
@@ -133,6 +143,8 @@ type Provider struct {
 	merchantLongest time.Duration
 	keys            map[string]charge // the accepted (charged) idempotency keys
 	stats           Stats
+	// tokens are the OAuth2 tokens issued, with their expiry
+	tokens map[string]time.Time
 	// Runtime faults (POST /faults) and the quiet period the provider's 429s asked for.
 	throttleUntil, downUntil time.Time
 	retryAfter               time.Duration
@@ -173,6 +185,13 @@ type Stats struct {
 	// Overs are the first requests refused for exceeding a limit (up to 16 of Violations), for a
 	// post-mortem: when, which limit, and how much later the request would have fitted.
 	Overs []Over `json:"overs,omitempty"`
+	// Paths counts the payment requests that passed the auth by request target (path and query as
+	// sent, escaped); Unauthorized the ones refused 401 for their token or signature. TokensIssued and
+	// TokensRefused count POST /token's tokens and its refusals of the client.
+	Paths         map[string]int64 `json:"paths,omitempty"`
+	Unauthorized  int64            `json:"unauthorized"`
+	TokensIssued  int64            `json:"tokens_issued"`
+	TokensRefused int64            `json:"tokens_refused"`
 }
 
 // Over is one request refused for exceeding a limit.
@@ -227,7 +246,13 @@ func New(o Options) (*Provider, error) {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string]charge{}, merchants: map[string][]time.Time{}}
+	p := &Provider{o: o, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), keys: map[string]charge{}, merchants: map[string][]time.Time{},
+		tokens: map[string]time.Time{}}
+	if o.OAuth2 != nil && o.OAuth2.TTL <= 0 {
+		c := *o.OAuth2
+		c.TTL = time.Hour
+		p.o.OAuth2 = &c
+	}
 	for _, w := range o.Limits {
 		p.longest = max(p.longest, w.Per)
 		p.stats.Windows = append(p.stats.Windows, WindowStats{Limit: w.Limit, Per: w.Per.String()})
@@ -281,6 +306,7 @@ func (p *Provider) Stats() Stats {
 	s.Windows = append([]WindowStats(nil), p.stats.Windows...)
 	s.MerchantWindows = append([]WindowStats(nil), p.stats.MerchantWindows...)
 	s.Overs = append([]Over(nil), p.stats.Overs...)
+	s.Paths = maps.Clone(p.stats.Paths)
 	s.Merchants = len(p.merchants)
 	return s
 }
@@ -531,6 +557,12 @@ func (p *Provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.serveAccepted(w, r)
 	case "/faults":
 		p.serveFaults(w, r)
+	case "/token":
+		if p.o.OAuth2 == nil {
+			p.servePayment(w, r)
+			return
+		}
+		p.serveToken(w, r)
 	case "/stats":
 		p.serveStats(w, r)
 	default:
@@ -612,8 +644,8 @@ func (p *Provider) serveStats(w http.ResponseWriter, r *http.Request) {
 // servePayment is a payment request (POST, PUT or PATCH to any other path): counted in flight, admitted
 // against the limits and the injected faults, and answered as the verdict says.
 func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost && r.Method != http.MethodPut && r.Method != http.MethodPatch {
-		http.Error(w, "payments are POST, PUT or PATCH", http.StatusMethodNotAllowed)
+	if !slices.Contains([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}, r.Method) {
+		http.Error(w, "payments are GET, POST, PUT, PATCH or DELETE", http.StatusMethodNotAllowed)
 		return
 	}
 	leave, ok := p.enter()
@@ -635,6 +667,11 @@ func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, fmt.Sprintf(`{"error":"missing %s header"}`, p.o.IdempotencyHeader))
 		return
 	}
+	if why := p.authenticate(r, body); why != "" {
+		p.refuse(w, why)
+		return
+	}
+	p.countPath(r.RequestURI)
 	v, resp, retry := p.admit(key, r.Header.Get(p.o.MerchantHeader), body)
 	p.announce(w.Header())
 	p.answer(w, r, v, resp, retry)
@@ -769,13 +806,21 @@ func Start(addr string, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: listen %s: %w", addr, err)
 	}
+	if o.TLS != nil {
+		ln = tls.NewListener(ln, o.TLS)
+	}
 	s := &Server{Provider: p, ln: ln, srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }
 
 // URL is the base URL, e.g. http://127.0.0.1:41234.
-func (s *Server) URL() string { return "http://" + s.ln.Addr().String() }
+func (s *Server) URL() string {
+	if s.o.TLS != nil {
+		return "https://" + s.ln.Addr().String()
+	}
+	return "http://" + s.ln.Addr().String()
+}
 
 // Addr is the listening address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }

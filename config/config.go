@@ -24,14 +24,16 @@ const EnvPrefix = "PAYGATE"
 
 // Config is paygate's whole configuration.
 type Config struct {
-	Log       Log                 `mapstructure:"log"`
-	HTTP      HTTP                `mapstructure:"http"`
-	Redis     Redis               `mapstructure:"redis"`
-	Gate      Gate                `mapstructure:"gate"`
-	Broker    Broker              `mapstructure:"broker"`
-	Worker    Worker              `mapstructure:"worker"`
-	Results   Results             `mapstructure:"results"`
-	Providers map[string]Provider `mapstructure:"providers"`
+	Log     Log     `mapstructure:"log"`
+	HTTP    HTTP    `mapstructure:"http"`
+	Redis   Redis   `mapstructure:"redis"`
+	Gate    Gate    `mapstructure:"gate"`
+	Broker  Broker  `mapstructure:"broker"`
+	Worker  Worker  `mapstructure:"worker"`
+	Results Results `mapstructure:"results"`
+	// GateService configures `worker gate serve`, the gate's HTTP API.
+	GateService GateService         `mapstructure:"gate_service"`
+	Providers   map[string]Provider `mapstructure:"providers"`
 }
 
 // Results configures the result messages (docs/results.md): off by default, since a results queue that
@@ -369,6 +371,11 @@ var defaults = map[string]any{
 	"results.enabled":                  false,
 	"log.format":                       "json",
 	"http.listen":                      "127.0.0.1:9090",
+	"gate_service.listen":              "127.0.0.1:8090",
+	"gate_service.tokens_env":          "PAYGATE_GATE_TOKENS",
+	"gate_service.tls_cert_file":       "",
+	"gate_service.tls_key_file":        "",
+	"gate_service.tls_client_ca_file":  "",
 	"redis.addrs":                      []string{"127.0.0.1:6379"},
 	"redis.master_name":                "",
 	"redis.username":                   "",

@@ -39,6 +39,7 @@ func (c *Config) Validate() error {
 	p.check(slices.Contains([]string{"json", "console"}, c.Log.Format),
 		"log.format", "must be json or console, got %q", c.Log.Format)
 	p.hostPort("http.listen", c.HTTP.Listen)
+	c.GateService.validate(&p)
 
 	c.Redis.validate(&p)
 	p.env("redis.password_env", c.Redis.PasswordEnv, true)

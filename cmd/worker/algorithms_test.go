@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/internal/report"
 	"github.com/paygate/paygate/internal/testenv"
 )
 
@@ -76,12 +77,12 @@ func TestGateTryEveryAlgorithm(t *testing.T) {
 			for _, p := range procs {
 				p.gate.Close()
 			}
-			var verdicts []tryVerdict
+			var verdicts []report.Verdict
 			for _, p := range procs {
 				if err := p.cmd.Wait(); err != nil {
 					t.Fatalf("gate try: %v\n%s", err, p.err.String())
 				}
-				var v tryVerdict
+				var v report.Verdict
 				if err := json.Unmarshal(p.out.Bytes(), &v); err != nil {
 					t.Fatalf("gate try printed %q: %v", p.out.String(), err)
 				}
@@ -124,7 +125,7 @@ func TestGateTryForce(t *testing.T) {
 	tb := testConfig(t, strings.Replace(fivePer3s, "    timeout: 10s\n", "    timeout: 10s\n    algorithm: token_bucket\n", 1))
 	// One job of cost 5 empties the bucket (and runs the pace 3s ahead): the next try is denied however
 	// slowly the processes start (five tries of cost 1 had to finish within one refill, 604ms).
-	var v tryVerdict
+	var v report.Verdict
 	r := worker(t, nil, "gate", "try", "--config", tb, "--provider", "acme", "--id", "fill", "--cost", "5")
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil || !v.Allowed {
 		t.Fatalf("cost 5 on a full bucket: exit %d %s %s", r.code, r.stdout, r.stderr)

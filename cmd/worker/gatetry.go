@@ -8,31 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/report"
 	"github.com/paygate/paygate/wire"
 )
-
-// tryVerdict is the JSON "worker gate try" prints; its keys are a public contract (add, never rename).
-type tryVerdict struct {
-	Provider     string  `json:"provider"`
-	ID           string  `json:"id"`
-	Cost         int64   `json:"cost"`
-	Allowed      bool    `json:"allowed"`
-	Duplicate    bool    `json:"duplicate"`
-	Paused       bool    `json:"paused"`
-	DelayMs      float64 `json:"delay_ms"`
-	RetryAfterMs int64   `json:"retry_after_ms"`
-	Remaining    int64   `json:"remaining"`
-	Policy       int     `json:"policy"`
-	Limit        string  `json:"limit"`
-	Now          string  `json:"now"`
-	ResetAfterMs int64   `json:"reset_after_ms"`
-	Algorithm    string  `json:"algorithm"`
-	Forced       bool    `json:"forced"`
-}
 
 // gateTry is "worker gate try": ask the gate once and print the verdict as JSON.
 func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -79,23 +59,7 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	return writeJSON(stdout, tryVerdict{
-		Provider:     *provider,
-		ID:           *id,
-		Cost:         *cost,
-		Allowed:      v.Allowed,
-		Duplicate:    v.Duplicate,
-		Paused:       v.Paused,
-		DelayMs:      float64(v.Delay.Microseconds()) / 1000,
-		RetryAfterMs: v.RetryAfter.Milliseconds(),
-		Remaining:    v.Remaining,
-		Policy:       v.Policy,
-		Limit:        v.Limit.String(),
-		Now:          v.Now.UTC().Format(time.RFC3339Nano),
-		ResetAfterMs: report.CeilMs(v.ResetAfter),
-		Algorithm:    string(algo),
-		Forced:       *force,
-	})
+	return writeJSON(stdout, report.VerdictOf(*provider, *id, *cost, algo, v, *force))
 }
 
 // openGate loads the config at path and connects the gate, for a command about one provider.

@@ -6,6 +6,7 @@
 //	worker check-config --config FILE
 //	worker gate try     --config FILE --provider NAME [--id ID] [--cost N] [--max-wait D | --force]
 //	worker gate status  --config FILE --provider NAME [--json]
+//	worker gate serve   --config FILE [--listen ADDR]
 //	worker dashboard    --config FILE [--listen ADDR]
 //	worker results      --config FILE [--provider NAME] [--follow] [--json]
 //	worker limits set   --config FILE --provider NAME --limits SPEC [--replace] [--json]
@@ -39,6 +40,7 @@ commands:
   check-config   validate a configuration file and print its providers and limits
   gate try       ask the gate once for a provider's budget and print the verdict as JSON (--force: token_bucket)
   gate status    print each of a provider's policies: use, reservations, remaining, reset
+  gate serve     serve the gate over HTTP/JSON, so that synchronous callers share the workers' budget
   dashboard      serve a live page of every provider's budget, read from Redis (--listen 127.0.0.1:8080)
   results        print the jobs' results as they arrive (--follow keeps on; --json prints each body)
   limits         set, show or reset a provider's live limits (in force fleet-wide when it returns)
@@ -52,6 +54,7 @@ const gateUsage = `usage: worker gate <subcommand> --config FILE --provider NAME
 subcommands:
   try      ask the gate once for a provider's budget and print the verdict as JSON (--force: token_bucket)
   status   print each of a provider's policies: use, reservations, remaining, reset
+  serve    serve the gate over HTTP/JSON (docs/gate-service.md) until SIGTERM
 
 Run "worker gate <subcommand> -h" for its flags.
 `
@@ -98,19 +101,21 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "gate":
 		if len(rest) == 0 {
 			fmt.Fprint(stderr, gateUsage)
-			return usageError{errors.New("gate: want a subcommand: try or status")}
+			return usageError{errors.New("gate: want a subcommand: try, status or serve")}
 		}
 		switch rest[0] {
 		case "try":
 			return gateTry(ctx, rest[1:], stdout, stderr)
 		case "status":
 			return gateStatus(ctx, rest[1:], stdout, stderr)
+		case "serve":
+			return gateServe(ctx, rest[1:], stdout, stderr)
 		case "-h", "-help", "--help", "help":
 			fmt.Fprint(stdout, gateUsage)
 			return nil
 		}
 		fmt.Fprint(stderr, gateUsage)
-		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try or status)", rest[0])}
+		return usageError{fmt.Errorf("gate: unknown subcommand %q (want try, status or serve)", rest[0])}
 	case "limits":
 		return limitsCmd(ctx, rest, stdout, stderr)
 	case "dashboard":

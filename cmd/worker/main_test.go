@@ -160,18 +160,18 @@ func TestGateTryUnreachableRedis(t *testing.T) {
 
 // tryConcurrently runs n "gate try" processes for provider acme at once, ids prefix-0..prefix-(n-1), and
 // returns every verdict (the test fails unless each printed one).
-func tryConcurrently(t *testing.T, cfg string, n int, prefix string, flags ...string) []tryVerdict {
+func tryConcurrently(t *testing.T, cfg string, n int, prefix string, flags ...string) []report.Verdict {
 	t.Helper()
 	var (
 		wg sync.WaitGroup
 		mu sync.Mutex
-		vs []tryVerdict
+		vs []report.Verdict
 	)
 	for i := range n {
 		wg.Go(func() {
 			args := append([]string{"gate", "try", "--config", cfg, "--provider", "acme", "--id", fmt.Sprintf("%s-%d", prefix, i)}, flags...)
 			r := worker(t, nil, args...)
-			var v tryVerdict
+			var v report.Verdict
 			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil {
 				t.Errorf("exit %d stdout %q stderr %s", r.code, r.stdout, r.stderr)
 				return
@@ -249,7 +249,7 @@ func TestGateTryPaced(t *testing.T) {
 		t.Fatalf("check-config: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	const pace = 604 * time.Millisecond
-	ask := func(prefix, maxWait string) []tryVerdict {
+	ask := func(prefix, maxWait string) []report.Verdict {
 		return tryConcurrently(t, cfg, 5, prefix, "--max-wait", maxWait)
 	}
 	admitted := 0

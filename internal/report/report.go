@@ -145,3 +145,63 @@ func merchantsOf(ctx context.Context, l *gate.Limiter, provider string) (*Mercha
 	}
 	return rep, nil
 }
+
+// Verdict is a gate decision as `worker gate try --json` prints it and `worker gate serve` answers it;
+// its keys are a public contract (add, never rename).
+type Verdict struct {
+	Provider     string  `json:"provider"`
+	ID           string  `json:"id"`
+	Cost         int64   `json:"cost"`
+	Allowed      bool    `json:"allowed"`
+	Duplicate    bool    `json:"duplicate"`
+	Paused       bool    `json:"paused"`
+	DelayMs      float64 `json:"delay_ms"`
+	RetryAfterMs int64   `json:"retry_after_ms"`
+	Remaining    int64   `json:"remaining"`
+	Policy       int     `json:"policy"`
+	Limit        string  `json:"limit"`
+	Now          string  `json:"now"`
+	ResetAfterMs int64   `json:"reset_after_ms"`
+	Algorithm    string  `json:"algorithm"`
+	Forced       bool    `json:"forced"`
+	// Slot is when the job may go (Redis clock, RFC 3339 with ns), for a release; Lease its in-flight
+	// lease (providers with max_in_flight), for a land; Releasable whether it may be given back.
+	Slot       string `json:"slot,omitempty"`
+	Lease      string `json:"lease,omitempty"`
+	Releasable bool   `json:"releasable"`
+	InFlight   bool   `json:"in_flight"`
+	// AdmittedAt is, for an id already admitted (a duplicate), the slot it was admitted at: the one a
+	// release names.
+	AdmittedAt string `json:"admitted_at,omitempty"`
+}
+
+// VerdictOf is v, the gate's answer to job id of provider at cost, as Verdict.
+func VerdictOf(provider, id string, cost int64, algo gate.Algorithm, v gate.Verdict, forced bool) Verdict {
+	out := Verdict{
+		Provider:     provider,
+		ID:           id,
+		Cost:         cost,
+		Allowed:      v.Allowed,
+		Duplicate:    v.Duplicate,
+		Paused:       v.Paused,
+		DelayMs:      float64(v.Delay.Microseconds()) / 1000,
+		RetryAfterMs: v.RetryAfter.Milliseconds(),
+		Remaining:    v.Remaining,
+		Policy:       v.Policy,
+		Limit:        v.Limit.String(),
+		Now:          v.Now.UTC().Format(time.RFC3339Nano),
+		ResetAfterMs: CeilMs(v.ResetAfter),
+		Algorithm:    string(algo),
+		Forced:       forced,
+		Lease:        v.Lease,
+		InFlight:     v.InFlight,
+	}
+	if v.Allowed {
+		out.Slot = v.Slot().UTC().Format(time.RFC3339Nano)
+		out.Releasable = v.Releasable()
+	}
+	if !v.AdmittedAt.IsZero() {
+		out.AdmittedAt = v.AdmittedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return out
+}

@@ -85,6 +85,8 @@ type Provider struct {
 	// TrackMerchants records the merchants of the jobs admitted (Limiter.Merchants) even without limits of
 	// their own; merchants' limits record them anyway.
 	TrackMerchants bool
+	// Breaker is the provider's circuit breaker, one for the fleet (Failures 0: none).
+	Breaker Breaker
 }
 
 // Merchant is a merchant named in Provider.Merchants.

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Announcement is one message on a gate's announcement channel (<prefix>:pauses), which Watch hears. Four
+// Announcement is one message on a gate's announcement channel (<prefix>:pauses), which Watch hears. Five
 // scripts publish them, each one shape; times are µs since the Unix epoch on the Redis clock, > 0:
 //
 //	AnnouncePause   "<provider> <until_us>"            pause.lua: a pause until Until
@@ -15,15 +15,20 @@ import (
 //	                                                   warm-up pauses the provider until Until
 //	AnnounceLimits  "<provider> limits <at_us>"        limits.lua: the live limits changed at At
 //	AnnounceLanded  "<provider> landed"                land.lua: an in-flight lease ended with the cap full
+//	AnnounceBreaker "<provider> breaker <phase> <seq> <failures> <until_us> <hold_us> <now_us>"
+//	                                                   breaker.lua: the breaker changed (Breaker; its
+//	                                                   until and hold are 0 when none)
 //
-// The provider's name is never "limits" or "landed" nor has spaces (job.ValidProvider), so the shapes
-// cannot be mistaken for one another.
+// A provider's name has no spaces (job.ValidProvider) and comes first; the second field is a time or one
+// of the words, so the shapes cannot be mistaken for one another.
 type Announcement struct {
 	Kind     AnnouncementKind
 	Provider string
 	// Until is the end of the pause (AnnouncePause, AnnounceLoss); Lost when the loss was found
 	// (AnnounceLoss); At when the live limits changed (AnnounceLimits). The others are zero.
 	Until, Lost, At time.Time
+	// Breaker is the breaker's new state (AnnounceBreaker: its Phase, Seq, Failures, Until, Hold and Now).
+	Breaker BreakerState
 }
 
 // AnnouncementKind tells the announcements apart.
@@ -35,12 +40,14 @@ const (
 	AnnounceLoss
 	AnnounceLimits
 	AnnounceLanded
+	AnnounceBreaker
 )
 
 // The words that name a shape in place of its first time.
 const (
-	wordLimits = "limits"
-	wordLanded = "landed"
+	wordLimits  = "limits"
+	wordLanded  = "landed"
+	wordBreaker = "breaker"
 )
 
 func (k AnnouncementKind) String() string {
@@ -53,6 +60,8 @@ func (k AnnouncementKind) String() string {
 		return wordLimits
 	case AnnounceLanded:
 		return wordLanded
+	case AnnounceBreaker:
+		return wordBreaker
 	}
 	return "AnnouncementKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -69,6 +78,16 @@ func (a Announcement) String() string {
 		return a.Provider + " " + wordLimits + " " + us(a.At)
 	case AnnounceLanded:
 		return a.Provider + " " + wordLanded
+	case AnnounceBreaker:
+		b, n := a.Breaker, func(v int64) string { return strconv.FormatInt(v, 10) }
+		zus := func(t time.Time) string {
+			if t.IsZero() {
+				return "0"
+			}
+			return us(t)
+		}
+		return a.Provider + " " + wordBreaker + " " + b.Phase.String() + " " + n(b.Seq) + " " + n(b.Failures) + " " +
+			zus(b.Until) + " " + zus(b.Hold) + " " + us(b.Now)
 	}
 	return a.Provider + " " + a.Kind.String()
 }
@@ -85,6 +104,8 @@ func ParseAnnouncement(msg string) (Announcement, error) {
 	}
 	a := Announcement{Provider: fields[0]}
 	switch {
+	case fields[1] == wordBreaker:
+		return parseBreaker(a, fields, bad)
 	case fields[1] == wordLanded:
 		if len(fields) != 2 {
 			return bad(`"<provider> landed" has no more fields`)
@@ -125,4 +146,32 @@ func announcedTime(field string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("time %q: want µs since the Unix epoch, > 0", field)
 	}
 	return time.UnixMicro(us), nil
+}
+
+// parseBreaker reads "<provider> breaker <phase> <seq> <failures> <until_us> <hold_us> <now_us>" (fields),
+// whose until and hold are 0 when none.
+func parseBreaker(a Announcement, fields []string, bad func(string) (Announcement, error)) (Announcement, error) {
+	const shape = `want "<provider> breaker <phase> <seq> <failures> <until_us> <hold_us> <now_us>"`
+	if len(fields) != 8 {
+		return bad(shape)
+	}
+	phase, ok := breakerPhaseOf(fields[2])
+	if !ok {
+		return bad("unknown breaker phase " + strconv.Quote(fields[2]))
+	}
+	var n [5]int64
+	for i := range n {
+		v, err := strconv.ParseInt(fields[3+i], 10, 64)
+		if err != nil || v < 0 {
+			return bad(shape + ", whole numbers >= 0")
+		}
+		n[i] = v
+	}
+	now, err := announcedTime(fields[7])
+	if err != nil {
+		return bad(err.Error())
+	}
+	a.Kind, a.At = AnnounceBreaker, now
+	a.Breaker = BreakerState{Phase: phase, Seq: n[0], Failures: n[1], Until: usTime(n[2]), Hold: usTime(n[3]), Now: now}
+	return a, nil
 }

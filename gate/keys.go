@@ -18,6 +18,8 @@ type keySet struct {
 	merchants, limits, flight, pace, epoch string
 	// margin and lateness are margin.lua's: the margin in force and the fleet's lateness reports
 	margin, lateness string
+	// breaker is breaker.lua's: the provider's circuit breaker
+	breaker string
 	// all are lua/family's KEYS for a call without a merchant's own state, in the order its header gives:
 	// ids, pause, marks, state..., merchants, limits, flight, pace, epoch. Built once: every decision sends it.
 	all []string
@@ -35,7 +37,7 @@ func newKeySet(tag string, algo Algorithm, policies []Policy, margin time.Durati
 	k := &keySet{ids: ids, pause: tag + "pause", marks: tag + "marks",
 		state:     stateKeys(tag, algo, policies, margin, buckets, version),
 		merchants: tag + "merchants", limits: tag + "limits", flight: tag + "flight", pace: tag + "pace", epoch: tag + "epoch",
-		margin: tag + "margin", lateness: tag + "lateness"}
+		margin: tag + "margin", lateness: tag + "lateness", breaker: tag + "breaker"}
 	k.all = append(k.counted(), k.merchants, k.limits, k.flight, k.pace, k.epoch)
 	k.merchantAt = 3 + len(k.state)
 	return k

@@ -25,7 +25,7 @@ func (l *Limiter) Pause(ctx context.Context, providerName string, until time.Tim
 	if d <= 0 {
 		return nil
 	}
-	if err := pauseScript.Run(ctx, l.rdb, []string{p.keys.pause}, micros(min(d, MaxHorizon)), l.channel, providerName).Err(); err != nil {
+	if err := pauseScript.Run(ctx, l.rdb, []string{p.keys.pause, p.keys.breaker}, micros(min(d, MaxHorizon)), l.channel, providerName).Err(); err != nil {
 		return fmt.Errorf("gate: pause %s: %w", providerName, err)
 	}
 	return nil

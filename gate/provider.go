@@ -75,6 +75,9 @@ func newProvider(opts Options, name string, spec Provider, dedup time.Duration, 
 		return provider{}, fmt.Errorf("gate: provider %s: max in flight must be >= 0, and with a cap the lease 1µs..%s; got %d and %s",
 			name, MaxHorizon, spec.MaxInFlight, spec.Lease)
 	}
+	if err := spec.Breaker.check(name); err != nil {
+		return provider{}, err
+	}
 	p.derive(opts, spec, dedup)
 	p.nameKeys(opts.Prefix+":{"+name+"}:", opts.Margin, version)
 	return p, nil

@@ -147,6 +147,10 @@ func (l *Limiter) tell(a Announcement, w Watcher) {
 		if lw, ok := w.(LandWatcher); ok {
 			lw.NoteLanded(a.Provider)
 		}
+	case AnnounceBreaker:
+		if bw, ok := w.(BreakerWatcher); ok {
+			bw.NoteBreaker(a.Provider, a.Breaker)
+		}
 	}
 }
 

@@ -14,6 +14,11 @@ import (
 //go:embed pause.lua
 var Pause string
 
+// Breaker is a provider's circuit breaker, one for the fleet: failures counted, opened, probed, closed.
+//
+//go:embed breaker.lua
+var Breaker string
+
 // Margin keeps the margin in force for one provider, following the fleet's lateness.
 //
 //go:embed margin.lua

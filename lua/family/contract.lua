@@ -25,7 +25,10 @@
 -- KEYS[2] -> <prefix>:{<provider>}:pause  STRING slot time (µs) before which nothing is admitted
 -- KEYS[3] -> <prefix>:{<provider>}:marks  ZSET   the id record's marks: member id.."\0s": its request was
 --                                                accepted though not settled (sent.lua); id.."\0d": a
---                                                duplicate of it was let go on its slot. Score = until when
+--                                                duplicate of it was let go on its slot; id.."\0p": the job
+--                                                holds its provider's breaker's probe (breaker.lua), score =
+--                                                the hold it was granted under: a pause no later than that
+--                                                (the hold itself) does not hold its reserve. Score = until when
 --                                                the mark matters (µs, Redis clock: as long as the record
 --                                                keeps the id); every write of a mark trims the marks past
 --                                                theirs, and the key expires after the latest

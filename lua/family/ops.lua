@@ -85,6 +85,9 @@ local function reserve()
   kept = nwrites
   local prev, marked = lookup()
   local max_wait, pause_until, tat = arg4, C.pause_until, C.tat
+  if pause_until > now and tonumber(redis.call('ZSCORE', marks, id .. '\0p') or 0) >= pause_until then
+    pause_until = 0 -- the breaker's probe (breaker.lua): the pause is the hold it was granted under
+  end
   local moved, old, token = 0, 0, nil
   if prev and stale > 0 and math.max(now, pause_until) - prev > stale and marked ~= 's' then
     -- Stale: its earlier delivery may never have sent its request. Its units leave the record (and go back

@@ -218,6 +218,8 @@ type Provider struct {
 	// RetryAfterMax caps a longer Retry-After.
 	RetryAfterDefault time.Duration `mapstructure:"retry_after_default"`
 	RetryAfterMax     time.Duration `mapstructure:"retry_after_max"`
+	// Breaker is the provider's circuit breaker, fleet-wide (breaker.go): on by default.
+	Breaker Breaker `mapstructure:"breaker"`
 	// ResponseMax is how many bytes of an answer's body a result keeps (default 64 KiB); beyond it the
 	// result is marked truncated. ResultHeaders are the answer's headers a result keeps (default
 	// Location, Request-Id, X-Request-Id). DeclinedWhen tells a declined payment from a failure.
@@ -333,6 +335,7 @@ func (pr Provider) WithDefaults() Provider {
 	if pr.RetryAfterMax == 0 {
 		pr.RetryAfterMax = DefaultRetryAfterMax
 	}
+	pr.Breaker = pr.Breaker.withDefaults()
 	pr = pr.answerDefaults()
 	return pr
 }

@@ -125,6 +125,10 @@ var providerEnvKeys = func() []string {
 	}
 	var keys []string
 	for key, zero := range fields {
+		if key == "breaker" { // its keys, one by one: PAYGATE_PROVIDERS_ACME_BREAKER_FAILURES=0
+			keys = append(keys, "breaker.failures", "breaker.open_for", "breaker.open_max")
+			continue
+		}
 		switch zero.(type) {
 		case []Limit, map[string]string:
 		default:

@@ -132,6 +132,7 @@ func (pr Provider) validate(p *problems, path, name string, margin time.Duration
 	pr.validateEndpoints(p, path)
 	pr.validateAuth(p, path)
 	pr.validateRetries(p, path)
+	pr.validateBreaker(p, path)
 }
 
 // validateEndpoint checks where the provider's requests go (url) and how long they may take (timeout).

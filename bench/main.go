@@ -37,7 +37,7 @@ func main() {
 	amqpURL := flag.String("amqp", envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	accuracyFor := flag.Duration("accuracy", 10*time.Second, "length of each contender's accuracy run (6 cases x 6 contenders)")
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
-	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, batch (its batched decisions alone), accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory")
+	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, batch (its batched decisions alone), accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory, service")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile to this file (the e2e runs are labelled gate=none|one|batched: go tool pprof -tagfocus gate=batched)")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -295,6 +295,20 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 		fmt.Fprintf(&b, "\n## 7. Scaling over a Redis Cluster\n\n12 providers on the 3-node test cluster (3 primaries, no replicas, on this machine's cores too), each provider's keys under one hash tag, the providers' tags chosen to fall on 1, 2 or all 3 primaries; 4 callers per provider deciding new jobs one at a time for %s (one call per job, no batching: the decisions are measured). Aggregate decisions per second, and the ratio to one shard.\n\n", parallelFor)
 		clusterTable(&b, cl)
 		fmt.Fprintln(&b, "\nOn two cores the three primaries, the callers and go-redis share the CPU: past two busy processes, more shards only divide it. On machines of their own, each primary adds its own core.")
+	}
+
+	if want("service") {
+		fmt.Fprintln(os.Stderr, "bench: the gate as a service")
+		n, d := 10000, parallelFor
+		if quick {
+			n = 1000
+		}
+		rs, perSec, err := runService(ctx, redisAddr, 2000, n, d)
+		if err != nil {
+			return fmt.Errorf("service: %w", err)
+		}
+		fmt.Fprintf(&b, "\n## 8. The gate as a service\n\n`worker gate serve`'s handler (gateapi) over the gate, on loopback in this process: a decision (`allow`, a provider whose budget nothing here fills) asked %d times at 2000 a second, each by a caller of its own, of the gate directly (the Redis call alone) and through the service (HTTP/1.1 with keep-alive, a bearer token, JSON both ways); then 64 callers asking the service back to back for %s. The callers share the machine's two cores with the service and Redis.\n\n", n, d)
+		serviceTable(&b, rs, perSec)
 	}
 
 	fmt.Fprintf(&b, "\n---\nThis run took %s.\n", time.Since(began).Round(time.Second))

@@ -6,6 +6,7 @@
 package gateapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -42,6 +43,13 @@ const MaxBody = 16 << 10
 // MaxPause bounds a pause a caller may ask for (POST …/pause): the providers' retry_after_max default.
 const MaxPause = time.Hour
 
+// Routes are the API's calls (docs/gate-api.yaml documents each).
+var Routes = []string{
+	"POST /v1/providers/{provider}/reserve", "POST /v1/providers/{provider}/allow", "POST /v1/providers/{provider}/release",
+	"POST /v1/providers/{provider}/sent", "POST /v1/providers/{provider}/land", "POST /v1/providers/{provider}/pause",
+	"GET /v1/providers/{provider}/status",
+}
+
 // Priorities are the values a reserve's priority takes.
 var Priorities = []string{"high", "normal", "low"}
 
@@ -68,12 +76,12 @@ func New(o Options) http.Handler {
 	}
 	o.Registry.MustRegister(a.requests, a.seconds)
 	mux := http.NewServeMux()
-	for op, h := range map[string]func(context.Context, string, []byte) (any, error){
-		"POST reserve": a.reserve, "POST allow": a.allow, "POST release": a.release, "POST sent": a.sent,
-		"POST land": a.land, "POST pause": a.pause, "GET status": a.status,
-	} {
-		method, name, _ := strings.Cut(op, " ")
-		mux.Handle(method+" /v1/providers/{provider}/"+name, a.authenticated(a.call(name, h)))
+	ops := map[string]func(context.Context, string, []byte) (any, error){
+		"reserve": a.reserve, "allow": a.allow, "release": a.release, "sent": a.sent, "land": a.land, "pause": a.pause, "status": a.status,
+	}
+	for _, r := range Routes {
+		name := r[strings.LastIndex(r, "/")+1:]
+		mux.Handle(r, a.authenticated(a.call(name, ops[name])))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", a.readyz)
@@ -201,7 +209,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decode reads body into v, strictly: JSON, one object, no unknown field.
 func decode(body []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		field := "body"

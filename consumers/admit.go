@@ -41,18 +41,25 @@ func (w *Worker) admit(ctx context.Context, s *settlement, a *admission) bool {
 		return false
 	}
 	if a.shadow {
+		w.shadowProbe(ctx, a)
 		w.shadowDecide(ctx, a)
 		return true
 	}
-	for try := 1; ; try++ {
-		if !w.reserve(ctx, s, a) {
+	for try := 1; ; {
+		if !w.breakerLets(ctx, s, a) || !w.reserve(ctx, s, a) {
 			return false
+		}
+		if w.breakerHolds(ctx, a) {
+			continue // its slot given back: it waits for the breaker (breaker.go), not a try
 		}
 		if !w.sleepOnSlot(ctx, a) {
 			s.requeue(ctx) // shutting down: the slot is forfeited, the job goes back untouched
 			return false
 		}
 		state := w.wake(a)
+		if state == slotStands && w.breakerHolds(ctx, a) {
+			continue
+		}
 		if state == slotStands {
 			return true
 		}
@@ -70,6 +77,7 @@ func (w *Worker) admit(ctx context.Context, s *settlement, a *admission) bool {
 		if !w.giveUp(ctx, s, a, state, try) {
 			return false
 		}
+		try++
 	}
 }
 

@@ -219,6 +219,7 @@ type Worker struct {
 	signals   *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
 	id        string               // this worker, to the gate's margin
 	late      map[string]*lateness // each provider's recent wake-ups, for ReportLateness
+	breakers  *breakers            // the providers' breakers, as this worker knows them (UseBreaker; nil: none)
 }
 
 // New returns a worker. metrics may be nil.

@@ -32,6 +32,9 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 		return
 	}
 	answer, err := w.send(ctx, a, j)
+	if w.breakerAnswered(ctx, s, a, err) {
+		return // the breaker's probe failed: deferred until the next probe, not an attempt
+	}
 	w.settle(ctx, s, a, answer, err)
 }
 
@@ -68,6 +71,7 @@ type admission struct {
 	gateID   string // the job's member in the gate's log for this attempt (GateID)
 	cost     int64
 	shadow   bool // the provider is in shadow mode: the gate is asked and counted, nothing waits
+	probe    bool // the job holds its provider's breaker's probe (breaker.go): it goes through the hold
 
 	// The gate's answer.
 	verdict  gate.Verdict // the latest (zero in shadow mode when the gate denied or failed)

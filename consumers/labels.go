@@ -24,6 +24,8 @@ const (
 	DecisionDeparted       Decision = "departed"       // a request written late, recorded where it went (gate.Limiter.Departed)
 	DecisionWouldDelay     Decision = "would_delay"    // shadow mode: an enforcing worker would have slept on the slot
 	DecisionWouldDeny      Decision = "would_deny"     // shadow mode: an enforcing worker would have deferred the job
+	DecisionBreakerOpen    Decision = "breaker_open"   // the provider's breaker held the job: waited in-process, or deferred (breaker.go)
+	DecisionProbe          Decision = "probe"          // the job took the provider's breaker's probe: it goes through the breaker's hold
 )
 
 // Outcome is how a delivery was settled: the outcome label of paygate_jobs_total and
@@ -49,4 +51,6 @@ const (
 	OutcomeGateError      Outcome = "gate_error"     // the gate could not answer: deferred (fail closed)
 	OutcomeUnacknowledged Outcome = "unacknowledged" // an admission or a move not on enough replicas: deferred
 	OutcomeRequeued       Outcome = "requeued"       // shutting down: handed back to the queue untouched
+	OutcomeBreakerOpen    Outcome = "breaker_open"   // the provider's breaker is open: deferred until its probe (not an attempt)
+	OutcomeProbeFailed    Outcome = "probe_failed"   // the job was the breaker's probe and failed: deferred until the next probe (not an attempt)
 )

@@ -23,6 +23,10 @@ type Metrics struct {
 	// that the series stay as few as the configuration's names
 	merchantJobs *prometheus.CounterVec
 	results      *prometheus.CounterVec // paygate_results_total{provider,outcome}
+	// paygate_breaker_state{provider}: 0 closed, 1 open, 2 probing, as this worker last learned it;
+	// paygate_breaker_opened_total{provider}: openings (and reopenings) this worker's reports made
+	breaker       *prometheus.GaugeVec
+	breakerOpened *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not registered, for tests).
@@ -57,12 +61,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paygate_results_total", Help: "Results published (results.enabled), by provider and outcome: succeeded, declined, dead.",
 		}, []string{"provider", "outcome"}),
+		breaker: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "paygate_breaker_state", Help: "The provider's circuit breaker (providers.<name>.breaker) as this worker last learned it: 0 closed, 1 open, 2 probing.",
+		}, []string{"provider"}),
+		breakerOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paygate_breaker_opened_total", Help: "Times the provider's breaker opened or reopened on this worker's report (summed over the fleet: every opening once).",
+		}, []string{"provider"}),
 		margin: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "paygate_gate_margin_seconds", Help: "The gate's margin in force, as this worker last learned it (its lateness report each second, a throttle report).",
 		}, []string{"provider"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin, m.merchantJobs, m.results)
+		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin, m.merchantJobs, m.results, m.breaker, m.breakerOpened)
 	}
 	return m
 }

@@ -133,6 +133,7 @@ const LossNotice = 500 * time.Millisecond
 // decided before it gives the slot up and asks again.
 func (w *Worker) NoteLoss(provider string, at time.Time) {
 	w.signals.raise(w.signals.lostAt, provider, at)
+	w.breakers.forget(provider) // its breaker went with the state
 }
 
 // NoteLimits is told when any process set or reset a provider's live limits (`worker limits`,
@@ -154,6 +155,7 @@ func (w *Worker) NoteLimits(provider string, at time.Time) {
 // restarted, and a loss announced meanwhile went unheard. A job holding a slot it asked for before that
 // gives the slot up and asks again.
 func (w *Worker) NoteDisconnect(at time.Time) {
+	w.forgetBreakers() // a change of a breaker announced meanwhile went unheard too
 	s := w.signals
 	s.mu.Lock()
 	defer s.mu.Unlock()

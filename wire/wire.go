@@ -116,6 +116,9 @@ func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter
 		if p.Adaptive != nil {
 			ps[name] = withRange(ps[name], *p.Adaptive)
 		}
+		spec := ps[name]
+		spec.Breaker = breakerOf(c, p)
+		ps[name] = spec
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps,
 		MinReplicasAcked: c.Redis.MinReplicasAcked, AckTimeout: c.Redis.ReplicasAckTimeout, Batch: c.Gate.Batch,
@@ -388,7 +391,11 @@ func (p *Parts) Worker(g consumers.Gate, log *zap.Logger, metrics *consumers.Met
 	if len(p.learners) > 0 {
 		g = learningGate{Gate: g, learners: p.learners}
 	}
-	return consumers.New(p.Core, g, p.Dispatchers, log, metrics)
+	w, err := consumers.New(p.Core, g, p.Dispatchers, log, metrics)
+	if err == nil {
+		w.UseBreaker(p.Gate) // the providers' breakers, whatever gate g wraps
+	}
+	return w, err
 }
 
 // RedisReady pings Redis for /readyz; a refusal names the setting to fix (RedisRefusal).

@@ -54,6 +54,7 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if rep.MaxInFlight > 0 {
 		fmt.Fprintf(stdout, "in flight: %d of %d leases\n", rep.InFlight, rep.MaxInFlight)
 	}
+	printBreaker(stdout, rep.Breaker, st.Now)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tLIMIT\tUSED\tRESERVED\tREMAINING\tRESET IN")
 	for _, p := range rep.Policies {

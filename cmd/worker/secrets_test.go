@@ -29,7 +29,7 @@ func TestSecretsNeverExposed(t *testing.T) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	tag := hex.EncodeToString(b[:])
-	user, redisPass, amqpPass, token := "pg-"+tag, "R3dis-"+tag, "Amqp-"+tag, "Tok-"+tag
+	user, redisPass, amqpPass, token, hmacKey := "pg-"+tag, "R3dis-"+tag, "Amqp-"+tag, "Tok-"+tag, "Hmac-"+tag
 
 	ctx := context.Background()
 	admin := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
@@ -45,7 +45,9 @@ func TestSecretsNeverExposed(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = exec.Command("rabbitmqctl", "delete_user", user).Run() })
 
-	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}})
+	f := newFleet(t, simProvider{name: "acme", limits: []sim.Window{{Limit: 100, Per: time.Second}}},
+		simProvider{name: "signed", limits: []sim.Window{{Limit: 100, Per: time.Second}}, args: []string{"--hmac-secret", hmacKey}})
+	f.addToProvider("auth: {type: hmac, secret_env: PAYGATE_TEST_SIGNED_KEY}") // the last provider: signed
 	u, err := url.Parse(testenv.AMQPURL())
 	if err != nil {
 		t.Fatal(err)
@@ -55,13 +57,15 @@ func TestSecretsNeverExposed(t *testing.T) {
 		"PAYGATE_AMQP_URL=" + u.String(),
 		"PAYGATE_REDIS_USERNAME=" + user, "PAYGATE_REDIS_PASSWORD=" + redisPass,
 		"PAYGATE_PROVIDERS_ACME_AUTH_HEADER=Authorization", "PAYGATE_PROVIDERS_ACME_AUTH_ENV=PAYGATE_TEST_ACME_TOKEN",
-		"PAYGATE_TEST_ACME_TOKEN=Bearer " + token,
+		"PAYGATE_TEST_ACME_TOKEN=Bearer " + token, "PAYGATE_TEST_SIGNED_KEY=" + hmacKey,
 		"PAYGATE_LOG_LEVEL=debug",
 	}
 	f.startWorker()
 	f.enqueue("acme", 20, "s")
 	f.publishRaw("acme", []byte(`{"id":"x","provider":"acme","amount":-1,"currency":"EUR"}`))
+	f.enqueue("signed", 20, "h")
 	f.waitFor("20 jobs accepted", 30*time.Second, func() bool { return f.sims["acme"].Stats().Accepted >= 20 })
+	f.waitFor("20 signed jobs accepted", 30*time.Second, func() bool { return f.sims["signed"].Stats().Accepted >= 20 })
 
 	var seen []string // everything the processes said
 	logs, _ := filepath.Glob(filepath.Join(f.dir, "worker-*.log"))
@@ -102,7 +106,7 @@ func TestSecretsNeverExposed(t *testing.T) {
 	if len(all) < 1000 || !strings.Contains(all, `"job settled"`) || !strings.Contains(all, "paygate_jobs_total") {
 		t.Fatalf("too little output to judge (%d bytes)", len(all))
 	}
-	for name, secret := range map[string]string{"redis password": redisPass, "amqp password": amqpPass, "provider token": token} {
+	for name, secret := range map[string]string{"redis password": redisPass, "amqp password": amqpPass, "provider token": token, "hmac key": hmacKey} {
 		if strings.Contains(all, secret) {
 			i := strings.Index(all, secret)
 			t.Errorf("the %s appears in the output: …%s…", name, all[max(0, i-120):min(len(all), i+40)])

@@ -40,6 +40,7 @@ function chart(provider, i, limit) {
 function card(p) {
   const meta = [esc(p.algorithm || ''), 'limits: ' + esc(p.limits_source || 'config')];
   if (p.paused_until) meta.push(`<span class="paused" data-paused="1">paused until ${esc(p.paused_until)}</span>`);
+  if (p.breaker) meta.push(breaker(p.breaker));
   meta.push(`margin ${Number(p.margin_ms || 0).toFixed(0)} ms (${esc(p.margin_why || '')})`);
   if (p.max_in_flight > 0) meta.push(`in flight <span class="in-flight">${p.in_flight}</span> of ${p.max_in_flight}`);
   if (p.queued !== undefined) meta.push(`queued <span class="queued">${p.queued}</span>`);
@@ -61,6 +62,19 @@ function card(p) {
     `<div class="meta">${meta.join(' · ')}</div>${err}` +
     `<table><tr><th>limit</th><th>used</th><th>reserved</th><th>remaining</th><th>reset in</th><th>last ${keep} s</th></tr>${rows}</table>` +
     `${ev}${merchants}</article>`;
+}
+
+// breaker is the provider's circuit breaker (providers.<name>.breaker): closed with its run of failures,
+// open until its probe, or probing (one request let through).
+function breaker(b) {
+  const st = esc(b.state);
+  if (b.state === 'off' || b.state === 'closed') {
+    const run = b.state === 'closed' ? ` (${b.failures} of ${b.threshold} failures)` : '';
+    return `<span class="breaker" data-breaker="${st}">breaker ${st}${run}</span>`;
+  }
+  const when = b.state === 'open' ? 'probe at ' + esc(b.probe_at) : 'probe answer due by ' + esc(b.probe_by);
+  return `<span class="breaker open" data-breaker="${st}">breaker ${st}: nothing sent; ${when};` +
+    ` open for ${(Number(b.open_for_ms || 0) / 1000).toFixed(1)} s</span>`;
 }
 
 // events is a provider's 429s per minute (the last whole minute, and this one so far) and its dead letters

@@ -43,6 +43,8 @@ type Status struct {
 	MarginWhy     string  `json:"margin_why"`
 	// The merchants (providers with per_merchant or merchants): see Merchants.
 	Merchants *Merchants `json:"merchants,omitempty"`
+	// The provider's circuit breaker: see Breaker.
+	Breaker *Breaker `json:"breaker"`
 
 	// What it was read from, for the text report.
 	Gate   gate.Status      `json:"-"`
@@ -111,6 +113,9 @@ func Of(ctx context.Context, l *gate.Limiter, provider string) (Status, error) {
 		if rep.Merchants, err = merchantsOf(ctx, l, provider); err != nil {
 			return Status{}, err
 		}
+	}
+	if rep.Breaker, err = breakerOf(ctx, l, provider); err != nil {
+		return Status{}, err
 	}
 	return rep, nil
 }

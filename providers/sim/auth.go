@@ -82,8 +82,8 @@ func (p *Provider) checkSignature(r *http.Request, body []byte) string {
 	return ""
 }
 
-// refuse answers 401 and counts it (Stats.Unauthorized): not a request the account's limits count.
-func (p *Provider) refuse(w http.ResponseWriter, why string) {
+// refuseAuth answers 401 and counts it (Stats.Unauthorized): not a request the account's limits count.
+func (p *Provider) refuseAuth(w http.ResponseWriter, why string) {
 	p.mu.Lock()
 	p.stats.Unauthorized++
 	p.mu.Unlock()

@@ -14,6 +14,7 @@
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F]
 //	                    [--idempotency-header H] [--seed N] [--max-in-flight N] [--headers ietf|x-ratelimit|none]
 //	                    [--merchant-limits SPEC] [--merchant-header H] [--calendar]
+//	                    [--oauth2 ID:SECRET [--token-ttl D]] [--hmac-secret KEY] [--tls-cert F --tls-key F [--client-ca F]]
 //
 // Its flags and what the simulator does with each request:
 //
@@ -115,6 +116,20 @@
 //
 // The new windows are checked over the requests it remembers (at least the longest window it has had);
 // each window's max_in_window in /stats starts afresh. A bad spec is a 400 and changes nothing.
+//
+// # Auth
+//
+// --oauth2 id:secret serves POST /token, the client credentials grant for that one client (HTTP Basic,
+// or client_id and client_secret in the form; another client gets 401 invalid_client), each token
+// valid for --token-ttl (default 1h) on the simulator's clock; every payment request must then carry
+// an unexpired one as a bearer token. --hmac-secret KEY requires every payment request signed as
+// paygate's auth type hmac signs it: X-Signature, HMAC-SHA256 keyed with KEY over
+// "<X-Timestamp>\n<METHOD>\n<request target as sent>\n<body>" (hex or base64), X-Timestamp within 5 minutes
+// of its clock. A request refused for either is answered 401 naming what failed and counts only in
+// unauthorized (not in requests: the account's limits never see it). /stats adds tokens_issued,
+// tokens_refused, and paths: the payment requests that passed, by request target (path and query as
+// sent). --tls-cert and --tls-key serve TLS; --client-ca then requires a client certificate its CAs
+// signed.
 //
 // # In process
 //

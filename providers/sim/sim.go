@@ -668,7 +668,7 @@ func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if why := p.authenticate(r, body); why != "" {
-		p.refuse(w, why)
+		p.refuseAuth(w, why)
 		return
 	}
 	p.countPath(r.RequestURI)

@@ -110,6 +110,9 @@ type Faults struct {
 	RetryAfter  Duration `json:"retry_after"`
 	// DownFor: an outage. Every payment request has its connection closed without an answer.
 	DownFor Duration `json:"down_for"`
+	// RefuseFor: the provider's process down. The simulator stops listening (Start's server), so that
+	// connections are refused, and listens on the same address again after it (refuse.go).
+	RefuseFor Duration `json:"refuse_for"`
 }
 
 // Duration is a time.Duration written as "1.5s" in JSON.
@@ -149,6 +152,8 @@ type Provider struct {
 	throttleUntil, downUntil time.Time
 	retryAfter               time.Duration
 	quietFrom, quietUntil    time.Time
+	// stopListening stops the server's listener for a while (Faults.RefuseFor; nil outside Start)
+	stopListening func(time.Duration)
 }
 
 // Stats is what GET /stats returns.
@@ -481,6 +486,9 @@ func (p *Provider) SetFaults(f Faults) error {
 	p.throttleUntil = now.Add(time.Duration(f.ThrottleFor))
 	p.retryAfter = time.Duration(f.RetryAfter)
 	p.downUntil = now.Add(time.Duration(f.DownFor))
+	if p.stopListening != nil {
+		p.stopListening(time.Duration(f.RefuseFor))
+	}
 	return nil
 }
 
@@ -806,6 +814,8 @@ func Start(addr string, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: listen %s: %w", addr, err)
 	}
+	refusing := newRefusing(ln)
+	ln, p.stopListening = refusing, refusing.refuse
 	if o.TLS != nil {
 		ln = tls.NewListener(ln, o.TLS)
 	}

@@ -107,6 +107,15 @@
 // the window leaves it). x-ratelimit: X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset
 // (seconds) for the shortest window. none (the default): nothing.
 //
+// # A rejected account
+//
+// POST /faults {"reject_for":"30s"} rejects the account for that long, as a provider rejects a
+// misconfigured one: every payment request is answered at once, before the limits, with 422 (or
+// "reject_status", any 4xx but 429) and {"error":"the account is not enabled for this operation",
+// "code":"account_rejected"}. A rejected request is counted in requests and rejected_injected, never
+// charged, and its idempotency key is not stored: the same key is charged once the rejections end
+// ({} or the time is up).
+//
 // # POST /limits
 //
 // POST /limits changes the limits enforced from that moment, as a provider that lowers or raises an

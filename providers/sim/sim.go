@@ -101,6 +101,10 @@ type Options struct {
 // Faults are the faults injected from now on (POST /faults), replacing the earlier ones. A storm or an
 // outage lasts its For from the moment it is set.
 type Faults struct {
+	// RejectFor: an account rejected (reject.go). Every payment request is answered RejectCode (0: 422)
+	// at once, neither charged nor stored under its key.
+	RejectFor   Duration `json:"reject_for"`
+	RejectCode  int      `json:"reject_status"`
 	ErrorRate   float64  `json:"error_rate"`   // share answered 500
 	TimeoutRate float64  `json:"timeout_rate"` // share that hang until the client gives up
 	Latency     Duration `json:"latency"`      // added to every answer
@@ -137,6 +141,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 type Provider struct {
 	o       Options
 	longest time.Duration
+	// rejectUntil ends the rejections (Faults.RejectFor), answered rejectStatus; under mu
+	rejectUntil  time.Time
+	rejectStatus int
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -166,6 +173,7 @@ type Stats struct {
 	TimeoutsInjected  int64 `json:"timeouts_injected"`  // the hung ones among them
 	BadRequests       int64 `json:"bad_requests"`       // no idempotency key, unreadable body
 	ThrottledInjected int64 `json:"throttled_injected"` // 429s of a storm (POST /faults)
+	RejectedInjected  int64 `json:"rejected_injected"`  // rejections (POST /faults reject_for)
 	DownRefused       int64 `json:"down_refused"`       // requests cut during an outage
 	Declined          int64 `json:"declined"`           // payments declined (their body asked for it: DeclineStatus, DeclineBody)
 	// ThrottledInFlight counts payment requests answered 429 because they would have made more than
@@ -478,6 +486,9 @@ func (p *Provider) SetFaults(f Faults) error {
 	if f.ThrottleFor > 0 && f.RetryAfter <= 0 {
 		return errors.New("sim: a 429 storm (throttle_for) needs retry_after")
 	}
+	if err := p.setRejections(f); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.o.Now()
@@ -654,6 +665,9 @@ func (p *Provider) serveStats(w http.ResponseWriter, r *http.Request) {
 func (p *Provider) servePayment(w http.ResponseWriter, r *http.Request) {
 	if !slices.Contains([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}, r.Method) {
 		http.Error(w, "payments are GET, POST, PUT, PATCH or DELETE", http.StatusMethodNotAllowed)
+		return
+	}
+	if p.rejecting(w) {
 		return
 	}
 	leave, ok := p.enter()

@@ -110,6 +110,9 @@ const (
 	HeaderError     = "x-paygate-error"      // the last error, ErrorText
 	HeaderNotBefore = "x-paygate-not-before" // unix ms before which a deferred job is not dispatched
 	HeaderProvider  = "x-paygate-provider"   // the provider a deferred or dead job belongs to
+	HeaderStatus    = "x-paygate-status"     // dead letters: the provider's HTTP status, when it answered
+	HeaderDeadAt    = "x-paygate-dead-at"    // dead letters (RabbitMQ): unix ms when it was dead-lettered
+	HeaderReplays   = "x-paygate-replays"    // times `worker dead replay` put the job back
 )
 
 // ErrorText is an error as a header carries it: at most 1 KiB, valid UTF-8.

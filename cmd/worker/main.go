@@ -9,13 +9,16 @@
 //	worker gate serve   --config FILE [--listen ADDR]
 //	worker dashboard    --config FILE [--listen ADDR]
 //	worker results      --config FILE [--provider NAME] [--follow] [--json]
+//	worker dead list    --config FILE --provider NAME [--reason R] [--since DUR] [--limit N] [--json]
+//	worker dead replay  --config FILE --provider NAME [--reason R] [--id ID,...] [--max N] [--rate N/s] [--dry-run] [--json]
+//	worker dead purge   --config FILE --provider NAME [--reason R] [--before T] --yes [--json]
 //	worker limits set   --config FILE --provider NAME --limits SPEC [--replace] [--json]
 //	worker limits show  --config FILE --provider NAME [--json]
 //	worker limits reset --config FILE --provider NAME [--json]
 //	worker provider-sim --listen ADDR --limits SPEC [--latency D] [--jitter D] [--error-rate F] [--timeout-rate F] [--max-in-flight N]
 //
 // Exit status: 0 success (a denied gate try is a success), 1 a runtime failure (Redis unreachable, say),
-// 2 bad usage or an invalid configuration; the message goes to stderr.
+// 2 bad usage or an invalid configuration, 3 done in part (worker dead replay); the message goes to stderr.
 package main
 
 import (
@@ -43,6 +46,7 @@ commands:
   gate serve     serve the gate over HTTP/JSON, so that synchronous callers share the workers' budget
   dashboard      serve a live page of every provider's budget, read from Redis (--listen 127.0.0.1:8080)
   results        print the jobs' results as they arrive (--follow keeps on; --json prints each body)
+  dead           list, replay or purge a provider's dead letters (replay: paced, copies confirmed first)
   limits         set, show or reset a provider's live limits (in force fleet-wide when it returns)
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 
@@ -86,6 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &ue) || errors.As(err, &ce) {
 			return 2
 		}
+		if es := (exitStatus{}); errors.As(err, &es) {
+			return es.code
+		}
 		return 1
 	}
 }
@@ -122,6 +129,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return dashboardCmd(ctx, rest, stdout, stderr)
 	case "results":
 		return resultsCmd(ctx, rest, stdout, stderr)
+	case "dead":
+		return deadCmd(ctx, rest, stdout, stderr)
 	case "run":
 		return runWorker(ctx, rest, stdout, stderr)
 	case "enqueue":

@@ -620,6 +620,7 @@ func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, atte
 	h := d.headers(attempt, why)
 	h[consumers.HeaderReason] = string(reason)
 	h[consumers.HeaderProvider] = d.provider
+	markDead(h, why)
 	if err := d.b.produce(ctx, d.b.dead(), d.m.Value, h); err != nil {
 		return fmt.Errorf("kafka: dead-letter: %w", err)
 	}

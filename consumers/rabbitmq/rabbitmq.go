@@ -332,6 +332,7 @@ func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, 
 func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, attempt int, why error) error {
 	h := d.headers(attempt, why)
 	h[consumers.HeaderReason] = string(reason)
+	markDead(h, why)
 	return d.republish(ctx, "", d.b.dead(), h)
 }
 

@@ -136,7 +136,7 @@ func startTLSRedis(t *testing.T, ca *testtls.CA) string {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		_ = <-exited
 		out.Close()
 	})
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))

@@ -3,14 +3,16 @@ package sim
 import (
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 )
 
-// refusing is the simulator's TCP listener, which can stop listening for a while (Faults.RefuseFor): its
-// socket is closed, so that connections are refused by the kernel (ECONNREFUSED), as a provider whose
-// process is down refuses them, and then it listens on the same address again. http.Server's Accept
-// loop waits meanwhile.
+// refusing is the simulator's TCP listener, which can stop listening for a while (Faults.RefuseFor), as
+// a provider whose process is down: its socket is closed, so that new connections are refused by the
+// kernel (ECONNREFUSED), and so are the connections it holds, each as soon as it is idle (a request on
+// its way, the POST /faults that began the refusal among them, is answered first); then it listens on the
+// same address again. http.Server's Accept loop waits meanwhile; its ConnState hook is connState.
 type refusing struct {
 	addr net.Addr
 
@@ -19,10 +21,11 @@ type refusing struct {
 	resume *time.Timer  // ends the refusal
 	back   chan struct{}
 	closed bool
+	idle   map[net.Conn]struct{} // the server's connections between requests
 }
 
 func newRefusing(ln net.Listener) *refusing {
-	return &refusing{addr: ln.Addr(), ln: ln, back: make(chan struct{})}
+	return &refusing{addr: ln.Addr(), ln: ln, back: make(chan struct{}), idle: map[net.Conn]struct{}{}}
 }
 
 var errListenerClosed = errors.New("sim: listener closed")
@@ -53,6 +56,22 @@ func (r *refusing) Accept() (net.Conn, error) {
 	}
 }
 
+// connState follows the server's connections (http.Server.ConnState): while refusing, one that is idle
+// is closed.
+func (r *refusing) connState(c net.Conn, st http.ConnState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case st != http.StateNew && st != http.StateIdle:
+		delete(r.idle, c)
+	case r.ln == nil && !r.closed:
+		delete(r.idle, c)
+		_ = c.Close()
+	default:
+		r.idle[c] = struct{}{}
+	}
+}
+
 // refuse stops listening for d (0: listens again now, ending a refusal).
 func (r *refusing) refuse(d time.Duration) {
 	r.mu.Lock()
@@ -71,6 +90,10 @@ func (r *refusing) refuse(d time.Duration) {
 	if r.ln != nil {
 		_ = r.ln.Close()
 		r.ln = nil
+	}
+	for c := range r.idle { // the process is down: its connections go with it
+		_ = c.Close()
+		delete(r.idle, c)
 	}
 	r.resume = time.AfterFunc(d, func() {
 		r.mu.Lock()

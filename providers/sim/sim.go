@@ -833,7 +833,7 @@ func Start(addr string, o Options) (*Server, error) {
 	if o.TLS != nil {
 		ln = tls.NewListener(ln, o.TLS)
 	}
-	s := &Server{Provider: p, ln: ln, srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}}
+	s := &Server{Provider: p, ln: ln, srv: &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, ConnState: refusing.connState}}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
 }

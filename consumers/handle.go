@@ -22,7 +22,7 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	defer w.metrics.inflight.WithLabelValues(provider).Dec()
 	s := &settlement{w: w, d: d, provider: provider, attempt: d.Attempt()}
 	j, ok := w.decode(ctx, s)
-	if !ok {
+	if !ok || !w.untilNotBefore(ctx, s, j) {
 		return
 	}
 	a := w.newAdmission(provider, j, s.attempt)
@@ -38,6 +38,13 @@ func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
 	w.settle(ctx, s, a, answer, err)
 }
 
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 // decode reads the job of the delivery. A message that is no valid job, or a job on another provider's
 // queue, is dead-lettered; so is a job first seen longer ago than max_deferral_age. False when the
 // delivery was settled.
@@ -51,8 +58,9 @@ func (w *Worker) decode(ctx context.Context, s *settlement) (*job.Job, bool) {
 		return nil, false
 	}
 	s.job = j
-	if age := w.now().Sub(s.d.FirstSeen()); age > w.cfg.MaxDeferralAge {
-		s.deadLetter(ctx, ReasonDeferralAge, OutcomeTooOld, fmt.Errorf("first seen %s ago, more than max_deferral_age %s", age.Round(time.Second), w.cfg.MaxDeferralAge))
+	// A job's life counts from when it may go: first seen, or its not_before when that is later.
+	if age := w.now().Sub(latest(s.d.FirstSeen(), j.NotBefore)); age > w.cfg.MaxDeferralAge {
+		s.deadLetter(ctx, ReasonDeferralAge, OutcomeTooOld, fmt.Errorf("first seen (or not before) %s ago, more than max_deferral_age %s", age.Round(time.Second), w.cfg.MaxDeferralAge))
 		return nil, false
 	}
 	return j, true

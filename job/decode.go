@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -86,6 +87,7 @@ func DecodeFor(body []byte, maxCost map[string]int64, endpoints Endpoints) (*Job
 		}},
 		{"idempotency_key", false, func(r json.RawMessage) error { return text(r, "idempotency_key", 1, MaxKeyLen, &j.IdempotencyKey) }},
 		{"cost", false, func(r json.RawMessage) error { return integer(r, "cost", &j.Cost) }},
+		{"not_before", false, func(r json.RawMessage) error { return moment(r, "not_before", &j.NotBefore) }},
 		{"payload", false, func(r json.RawMessage) error {
 			if t := bytes.TrimSpace(r); len(t) == 0 || t[0] != '{' {
 				return invalid("payload", "must be an object, got %s", excerpt(t))
@@ -107,7 +109,7 @@ func DecodeFor(body []byte, maxCost map[string]int64, endpoints Endpoints) (*Job
 		}
 	}
 	if len(fields) > 0 { // the first in order, so that a body gets the same reason every time
-		return nil, invalid(slices.Min(slices.Collect(maps.Keys(fields))), "unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, payload)")
+		return nil, invalid(slices.Min(slices.Collect(maps.Keys(fields))), "unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, payload)")
 	}
 
 	switch {
@@ -280,6 +282,20 @@ func notJSON(err error) error {
 
 // text reads a string field; null reads as "", as encoding/json reads it into a string (an optional
 // field given as null is absent: "merchant": null is no merchant).
+// moment reads an RFC 3339 time (a string with its offset, fractions of a second allowed) into dst.
+func moment(raw json.RawMessage, field string, dst *time.Time) error {
+	var s string
+	if err := text(raw, field, 1, 64, &s); err != nil {
+		return err
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return invalid(field, "must be an RFC 3339 time such as 2026-11-27T18:00:00Z, got %q", s)
+	}
+	*dst = t
+	return nil
+}
+
 func text(raw json.RawMessage, field string, minLen, maxLen int, dst *string) error {
 	var s string
 	switch {

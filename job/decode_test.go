@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/paygate/paygate/job"
 )
@@ -25,6 +26,10 @@ func TestDecodeValid(t *testing.T) {
 	j, err = job.Decode([]byte(` {"id":"é-ü","provider":"globex","amount":1,"currency":"USD"} `), maxCost)
 	if err != nil || j.Cost != 1 || j.Key() != "é-ü" {
 		t.Fatalf("%+v %v", j, err)
+	}
+	j, err = job.Decode([]byte(`{"id":"b","provider":"acme","amount":1,"currency":"EUR","not_before":"2026-11-27T19:00:00.5+01:00"}`), maxCost)
+	if want := time.Date(2026, 11, 27, 18, 0, 0, 5e8, time.UTC); err != nil || !j.NotBefore.Equal(want) {
+		t.Fatalf("not_before %v (%v), want %v", j.NotBefore, err, want)
 	}
 	// An optional string given as null is absent, as encoding/json reads it.
 	j, err = job.Decode([]byte(`{"id":"a\"b\\","provider":"acme","amount":1,"currency":"EUR","merchant":null}`), maxCost)
@@ -69,8 +74,11 @@ func TestDecodeInvalid(t *testing.T) {
 		{"null currency", `{"id":"a","provider":"acme","amount":1,"currency":null}`, `currency: must be three upper-case letters (ISO 4217), got ""`},
 		{"null idempotency key", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","idempotency_key":null}`, "idempotency_key: must be 1..255 characters, got 0"},
 		{"null cost", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","cost":null}`, `cost: must be an integer, got "null"`},
-		{"several unknown fields", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","zz":1,"amout":5,"b":2}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, payload)"},
+		{"several unknown fields", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","zz":1,"amout":5,"b":2}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, payload)"},
 		{"null amount", `{"id":"a","provider":"acme","amount":null,"currency":"EUR"}`, `amount: must be an integer, got "null"`},
+		{"not_before not a time", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","not_before":"tomorrow"}`, `not_before: must be an RFC 3339 time such as 2026-11-27T18:00:00Z, got "tomorrow"`},
+		{"not_before without an offset", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","not_before":"2026-11-27T18:00:00"}`, `not_before: must be an RFC 3339 time such as 2026-11-27T18:00:00Z, got "2026-11-27T18:00:00"`},
+		{"not_before a number", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","not_before":1764266400}`, `not_before: must be a string, got "1764266400"`},
 		{"amount as object", `{"id":"a","provider":"acme","amount":{"v":1},"currency":"EUR"}`, `amount: must be an integer, got "{\"v\":1}"`},
 		{"amount in exponent form", `{"id":"a","provider":"acme","amount":1e3,"currency":"EUR"}`, "amount: must be an integer, got 1e3"},
 		{"id escaped", `{"i\u0064":"a\u0062","provider":"acme","amount":1,"currency":"EUR","id":"b"}`, "id: duplicate key"},
@@ -82,7 +90,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"payload array", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":[1]}`, `payload: must be an object, got "[1]"`},
 		{"payload string", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":"x"}`, `payload: must be an object, got "\"x\""`},
 		{"merchant with a control character", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","merchant":"m\n1"}`, "merchant: must not contain control or format characters"},
-		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, payload)"},
+		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, payload)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

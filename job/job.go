@@ -1,7 +1,10 @@
 // Package job defines a payment job, the message workers consume: its JSON form is a public contract.
 package job
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Job is one payment to dispatch to one provider.
 type Job struct {
@@ -14,6 +17,9 @@ type Job struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"` // defaults to ID
 	Cost           int64           `json:"cost,omitempty"`            // units of budget, defaults to 1
 	Payload        json.RawMessage `json:"payload,omitempty"`         // object passed to the provider as is
+	// NotBefore is when the job may go at the earliest (RFC 3339; zero: now): until then it waits in the
+	// delay tiers and in-process, asks the gate nothing and spends no attempt.
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
 
 // ProviderPattern is the rule for a provider name, in a job and in the configuration alike: 1 to 64

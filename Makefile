@@ -23,10 +23,12 @@ test-repeat:
 
 # The fault suite (docs/reliability.md): Redis flushed, paused, down and restarted; broker connections cut
 # and the broker restarted; a worker killed -9 mid-dispatch; provider 500s, hangs, 429 storms and an
-# outage; a slow provider against the consumer timeout. Each ends with the ledger. About 4 minutes. It
-# restarts the RabbitMQ application and changes its consumer_timeout for a while: run it alone.
+# outage; a slow provider against the consumer timeout; the breaker through a three-minute outage and a
+# restart of every worker in one. Each ends with the ledger. About 8 minutes (the breaker's outage alone
+# takes 3.5). It restarts the RabbitMQ application and changes its consumer_timeout for a while: run it
+# alone.
 test-faults: services
-	$(GO) test -race -count=1 -timeout 12m -run '^TestFault' -v ./cmd/worker
+	$(GO) test -race -count=1 -timeout 20m -run '^TestFault' -v ./cmd/worker
 
 # The learned-limit acceptance (issue 18, docs/operations.md "Learned limits"): two minutes of two workers
 # learning a provider's unpublished 80/1s, then its drop to 40/1s. Its utilisation needs the machine to

@@ -358,8 +358,9 @@ func TestFaultKillMidDispatch(t *testing.T) {
 
 // Provider faults, four providers at once in one fleet: 20% 500s; hung requests past the timeout; a 429
 // storm with Retry-After; a provider down for a minute. Every job ends accepted or dead-lettered
-// after max_attempts; the cluster pauses together on 429 (no request arrives before a Retry-After ran
-// out); no violations.
+// after max_attempts (down's breaker opens after five failures in a row: its jobs wait for the probe
+// rather than spend their attempts); the cluster pauses together on 429 (no request arrives before a
+// Retry-After ran out); no violations.
 func TestFaultProviders(t *testing.T) {
 	w := []sim.Window{{Limit: 20, Per: time.Second}}
 	f := newFleet(t,

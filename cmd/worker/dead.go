@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -118,7 +119,15 @@ func deadFlags(sub string, args []string, stderr io.Writer) (*deadOpts, error) {
 		return nil, err
 	}
 	o.path = *path
-	return o, o.check(name, since, before, ids, rate)
+	if err := o.check(name, since, before, ids, rate); err != nil {
+		return nil, err
+	}
+	idSet := false
+	fs.Visit(func(fl *flag.Flag) { idSet = idSet || fl.Name == "id" })
+	if idSet && o.ids == nil {
+		return nil, usageError{fmt.Errorf("%s: --id names no job id (leave it out to select by the other flags)", name)}
+	}
+	return o, nil
 }
 
 // check validates the flags and fills in what they give.
@@ -142,8 +151,10 @@ func (o *deadOpts) check(name, since, before, ids, rate string) error {
 	if o.before, err = parseWhen(before, now); err != nil {
 		return bad("--before: %v", err)
 	}
-	if ids != "" {
-		o.ids = strings.Split(ids, ",")
+	for id := range strings.SplitSeq(ids, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			o.ids = append(o.ids, id)
+		}
 	}
 	if o.sub == "replay" {
 		if o.rate, err = parseRate(rate); err != nil {

@@ -115,6 +115,7 @@ func (f *deadFleet) deadBadInput() {
 		{[]string{"replay", "--rate", "0"}, "--rate: must be more than 0 a second"},
 		{[]string{"purge", "--reason", "invalid"}, "add --yes"},
 		{[]string{"replay", "--reason", "typo"}, `--reason "typo" is not a reason`},
+		{[]string{"replay", "--id", " "}, "--id names no job id"},
 	} {
 		if r := f.dead(c.args...); r.code != 2 || !strings.Contains(r.stderr, c.want) {
 			f.t.Fatalf("dead %v: exit %d, want 2 and %q\n%s", c.args, r.code, c.want, r.stderr)

@@ -179,7 +179,9 @@ func (d *Dead) readPartition(ctx context.Context, topic string, partition int, s
 			return fmt.Errorf("kafka: reading %s/%d: %w", topic, partition, err)
 		}
 		fn(m)
-		if m.Offset >= span[1]-1 {
+		// Done at the end it had when the scan began, or at the partition's end should that record be
+		// gone (compacted away, past the retention).
+		if m.Offset >= span[1]-1 || m.Offset+1 >= m.HighWaterMark {
 			return nil
 		}
 	}

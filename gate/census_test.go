@@ -116,6 +116,7 @@ var longLived = map[string]string{
 	"merchants": "the merchants seen: one member per merchant admitted in the last minute, kept a minute",
 	"margin":    "the margin in force: one string per provider, kept a day after the last report",
 	"lateness":  "one field per reporting worker, dropped once its report is older than 10s; kept a day",
+	"breaker":   "the provider's breaker (breaker.lua): one hash of ten fields per provider, kept a day past its last change",
 }
 
 // censusRun is one algorithm's census on one backend. It runs in a goroutine of its own: fatalf ends it
@@ -153,7 +154,8 @@ type censusCounts struct {
 }
 
 func newCensusRun(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) *censusRun {
-	spec := gate.Provider{Algorithm: algo, Policies: censusLimits[0], Burst: 3, MaxInFlight: 30, Lease: censusLease}
+	spec := gate.Provider{Algorithm: algo, Policies: censusLimits[0], Burst: 3, MaxInFlight: 30, Lease: censusLease,
+		Breaker: gate.Breaker{Failures: 3, OpenFor: time.Second, OpenMax: time.Minute, Probe: time.Second, Reach: censusWait}}
 	if slices.Contains(gate.MerchantAlgorithms, algo) {
 		spec.PerMerchant = []gate.Policy{pol(10, 100*time.Millisecond)}
 		spec.Merchants = map[string]gate.Merchant{"big": {Policies: []gate.Policy{pol(12, 100*time.Millisecond), pol(30, 300*time.Millisecond)}}}
@@ -239,6 +241,16 @@ func (r *censusRun) flip() {
 	}
 	if _, err := l.ReportLateness(ctx, prov, "worker-1", 2*time.Millisecond); err != nil {
 		r.fatalf("report lateness: %v", err)
+	}
+	// A run of failures begun and ended: the breaker's hash is written (it stays closed).
+	for _, report := range []func() (gate.BreakerState, error){
+		func() (gate.BreakerState, error) { return l.ReportFailure(ctx, prov, "breaker-a", time.Time{}) },
+		func() (gate.BreakerState, error) { return l.ReportFailure(ctx, prov, "breaker-b", time.Time{}) },
+		func() (gate.BreakerState, error) { return l.ReportAnswer(ctx, prov, "breaker-c") },
+	} {
+		if st, err := report(); err != nil || st.Phase != gate.BreakerClosed {
+			r.fatalf("breaker: %+v %v", st, err)
+		}
 	}
 	for i := range censusFlips {
 		r.set = 1 - r.set

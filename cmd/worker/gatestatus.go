@@ -20,12 +20,12 @@ func gateStatus(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	l, closeGate, err := openGate("gate status", *path, *provider, stderr)
+	l, err := openGate("gate status", *path, *provider, stderr)
 	if err != nil {
 		return err
 	}
-	defer closeGate()
-	rep, err := report.Of(ctx, l, *provider)
+	defer l.Close()
+	rep, err := report.Of(ctx, l.Limiter, *provider)
 	if err != nil {
 		return err
 	}

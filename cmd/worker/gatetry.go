@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/report"
 	"github.com/paygate/paygate/wire"
@@ -28,11 +29,11 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *id == "" {
 		*id = randomID()
 	}
-	l, closeGate, err := openGate("gate try", *path, *provider, stderr)
+	l, err := openGate("gate try", *path, *provider, stderr)
 	if err != nil {
 		return err
 	}
-	defer closeGate()
+	defer l.Close()
 	algo, err := l.Algorithm(*provider)
 	if err != nil {
 		return err
@@ -62,21 +63,29 @@ func gateTry(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return writeJSON(stdout, report.VerdictOf(*provider, *id, *cost, algo, v, *force))
 }
 
+// toolGate is an operator command's gate, with the configuration it was built from; Close closes its
+// Redis client.
+type toolGate struct {
+	*gate.Limiter
+	cfg   *config.Config
+	Close func()
+}
+
 // openGate loads the config at path and connects the gate, for a command about one provider.
-func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func(), error) {
+func openGate(cmd, path, provider string, stderr io.Writer) (*toolGate, error) {
 	if provider == "" {
-		return nil, nil, usageError{fmt.Errorf("%s: --provider is required", cmd)}
+		return nil, usageError{fmt.Errorf("%s: --provider is required", cmd)}
 	}
 	c, err := loadConfig(path, stderr)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if _, ok := c.Providers[provider]; !ok {
-		return nil, nil, usageError{fmt.Errorf("%s: provider %q is not configured in %s", cmd, provider, path)}
+		return nil, usageError{fmt.Errorf("%s: provider %q is not configured in %s", cmd, provider, path)}
 	}
 	rdb, err := wire.Redis(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	l, err := wire.Gate(c, rdb, wire.Tool)
 	if err == nil {
@@ -84,9 +93,9 @@ func openGate(cmd, path, provider string, stderr io.Writer) (*gate.Limiter, func
 	}
 	if err != nil {
 		rdb.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return l, func() { rdb.Close() }, nil
+	return &toolGate{Limiter: l, cfg: c, Close: func() { rdb.Close() }}, nil
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -81,22 +81,17 @@ func limitsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	}
-	l, closeGate, err := openGate(name, *path, *provider, stderr)
+	l, err := openGate(name, *path, *provider, stderr)
 	if err != nil {
 		return err
 	}
-	defer closeGate()
+	defer l.Close()
 	var live gate.LiveLimits
 	switch sub {
 	case "set":
 		policies := named
 		if !*replace {
-			// openGate loaded this configuration already and reported its warnings.
-			c, err := loadConfig(*path, io.Discard)
-			if err != nil {
-				return err
-			}
-			policies = mergeLimits(c.Providers[*provider].Policies(), named)
+			policies = mergeLimits(l.cfg.Providers[*provider].Policies(), named)
 		}
 		live, err = l.SetLimits(ctx, *provider, policies)
 	case "reset":

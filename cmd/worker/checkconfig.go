@@ -63,6 +63,7 @@ func printProviders(stdout io.Writer, c *config.Config) error {
 		return err
 	}
 	printAccess(stdout, c)
+	printBreakers(stdout, c)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/report"
 )
@@ -31,5 +32,18 @@ func printBreaker(w io.Writer, b *report.Breaker, now time.Time) {
 	case gate.BreakerProbing.String():
 		fmt.Fprintf(w, "breaker: probing, job %q is the one request let through; its answer is due by %s (in %s); open for %s (%s)\n",
 			b.Probe, b.ProbeBy, max(st.Until.Sub(now), 0).Round(time.Millisecond), ms(b.OpenForMs), opened)
+	}
+}
+
+// printBreakers is check-config's line per provider about its circuit breaker (providers.<name>.breaker).
+func printBreakers(w io.Writer, c *config.Config) {
+	for _, name := range c.ProviderNames() {
+		b := c.Providers[name].Breaker
+		if b.Threshold() == 0 {
+			fmt.Fprintf(w, "%s: breaker off (breaker.failures: 0): transient failures are retried until max_attempts\n", name)
+			continue
+		}
+		fmt.Fprintf(w, "%s: breaker opens after %d transient failures in a row across the fleet; probe after %s, doubling up to %s\n",
+			name, b.Threshold(), b.OpenFor, b.OpenMax)
 	}
 }

@@ -103,7 +103,12 @@ func (bs *breakers) learn(provider string, st gate.BreakerState, at time.Time) b
 	if !ok || (v.known && st.Seq < v.st.Seq && st.Seq != 0) {
 		return false
 	}
-	v.known, v.st, v.due = true, st, time.Time{}
+	same := v.known && st.Seq == v.st.Seq && st.Phase == v.st.Phase && st.Until.Equal(v.st.Until)
+	v.known, v.st = true, st
+	if same {
+		return true // nothing the waiting jobs act on changed: they sleep on
+	}
+	v.due = time.Time{}
 	if !st.Until.IsZero() {
 		v.due = at.Add(st.Until.Sub(st.Now))
 	}
@@ -187,10 +192,10 @@ func (w *Worker) held(provider string) (bool, gate.BreakerPhase, time.Time) {
 // max_inline_wait (woken by any change), or is deferred to the delay tier at most as long as the wait
 // (it comes back by the time the probe is due). Not an attempt. True when the job may ask the gate.
 func (w *Worker) breakerLets(ctx context.Context, s *settlement, a *admission) bool {
-	if v, on := w.breakers.view(a.provider); on && !v.known {
-		w.readBreaker(ctx, a)
-	}
 	for !a.probe {
+		if v, on := w.breakers.view(a.provider); on && !v.known {
+			w.readBreaker(ctx, a) // at most every breakerReread: unknown meanwhile, the job goes on to the gate
+		}
 		holds, phase, due := w.held(a.provider)
 		if !holds {
 			return true

@@ -26,7 +26,10 @@
 //	                                    (NoteLimits)
 //	provider 2xx                     -> ack
 //	provider throttles (429)         -> gate.Pause for the whole cluster, deferred (not an attempt)
-//	transient failure                -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts
+//	transient failure                -> deferred by backoff; dead letter ("attempts-exhausted") at max_attempts;
+//	                                    reported to the provider's breaker (breaker.go)
+//	provider's breaker open          -> not sent: waits in-process, then deferred until the probe is due
+//	                                    (not an attempt); one job goes as the probe, through the hold
 //	permanent failure (4xx)          -> dead letter ("permanent")
 //
 // Where each step lives: Handle (handle.go) decodes the job, admits it (admit.go: the reservation, the

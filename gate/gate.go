@@ -60,7 +60,8 @@ func invalidf(format string, args ...any) error {
 // Where each part lives: options.go (Options, New); provider.go and keys.go (a provider's budget as
 // built, and its Redis keys by name); settings.go (lua/family's settings string); reserve.go (Reserve and
 // its kin: one decision), batch.go (reserves decided together), call.go (the one way to lua/family) and
-// verdict.go (its reply read); release.go (Release, Departed, Postpone, Sent, Land); pause.go, margin.go;
+// verdict.go (its reply read); release.go (Release, Departed, Postpone, Sent, Land); pause.go, margin.go,
+// breaker.go (the providers' circuit breakers);
 // live.go (live limits); watch.go and announce.go (the announcements); status.go (reading a budget).
 type Limiter struct {
 	rdb       redis.Scripter

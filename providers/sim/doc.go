@@ -94,7 +94,10 @@
 //
 // throttle_for is a 429 storm: every payment request is answered 429 with Retry-After: retry_after and
 // is not charged (throttled_injected). down_for is an outage: every payment request has its connection
-// closed without an answer (down_refused). Both last from the moment they are set; {} ends every fault.
+// closed without an answer (down_refused). refuse_for is the provider's process down: the simulator
+// stops listening, so that connections are refused (nothing reaches it, nothing is counted), and listens
+// on the same address again when it ends (the server Start runs: worker provider-sim). Each lasts from
+// the moment it is set; {} ends every fault.
 //
 // # --headers
 //

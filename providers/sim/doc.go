@@ -95,9 +95,11 @@
 // throttle_for is a 429 storm: every payment request is answered 429 with Retry-After: retry_after and
 // is not charged (throttled_injected). down_for is an outage: every payment request has its connection
 // closed without an answer (down_refused). refuse_for is the provider's process down: the simulator
-// stops listening, so that connections are refused (nothing reaches it, nothing is counted), and listens
-// on the same address again when it ends (the server Start runs: worker provider-sim). Each lasts from
-// the moment it is set; {} ends every fault.
+// stops listening, so that connections are refused (nothing reaches it, nothing is counted), closes each
+// connection it holds as soon as it is idle (the POST /faults that began it is answered first; its own
+// endpoints are refused too meanwhile), and listens on the same address again when it ends (the server
+// Start runs: worker provider-sim). Faults given beside it (error_rate) hold once it ends. Each lasts
+// from the moment it is set; {} ends every fault.
 //
 // # --headers
 //

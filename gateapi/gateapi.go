@@ -47,7 +47,7 @@ const MaxPause = time.Hour
 var Routes = []string{
 	"POST /v1/providers/{provider}/reserve", "POST /v1/providers/{provider}/allow", "POST /v1/providers/{provider}/release",
 	"POST /v1/providers/{provider}/sent", "POST /v1/providers/{provider}/land", "POST /v1/providers/{provider}/pause",
-	"GET /v1/providers/{provider}/status",
+	"POST /v1/providers/{provider}/report", "GET /v1/providers/{provider}/status",
 }
 
 // Priorities are the values a reserve's priority takes.
@@ -77,7 +77,8 @@ func New(o Options) http.Handler {
 	o.Registry.MustRegister(a.requests, a.seconds)
 	mux := http.NewServeMux()
 	ops := map[string]func(context.Context, string, []byte) (any, error){
-		"reserve": a.reserve, "allow": a.allow, "release": a.release, "sent": a.sent, "land": a.land, "pause": a.pause, "status": a.status,
+		"reserve": a.reserve, "allow": a.allow, "release": a.release, "sent": a.sent, "land": a.land, "pause": a.pause,
+		"report": a.report, "status": a.status,
 	}
 	for _, r := range Routes {
 		name := r[strings.LastIndex(r, "/")+1:]

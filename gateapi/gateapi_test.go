@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -34,6 +35,8 @@ func serve(t *testing.T) (*httptest.Server, *gate.Limiter) {
 	l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: map[string]gate.Provider{
 		"acme":   {Policies: []gate.Policy{{Limit: 3, Window: time.Minute}}},
 		"flight": {Policies: []gate.Policy{{Limit: 100, Window: time.Second}}, MaxInFlight: 2, Lease: 10 * time.Second},
+		"fragile": {Policies: []gate.Policy{{Limit: 100, Window: time.Second}},
+			Breaker: gate.Breaker{Failures: 2, OpenFor: time.Minute, OpenMax: time.Minute, Probe: 10 * time.Second, Reach: time.Second}},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -171,5 +174,34 @@ func TestOps(t *testing.T) {
 		if resp.StatusCode != 200 || (path == "/metrics" && !strings.Contains(string(body), `paygate_gate_api_requests_total{code="200",op="allow",provider="acme"} 1`)) {
 			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
 		}
+	}
+}
+
+// A caller's answers feed the provider's breaker as the workers' do: two failures in a row open it, and
+// the next caller is held (denied, paused) like every worker; an answer ends a run; without a breaker,
+// a report changes nothing.
+func TestReportsFeedTheBreaker(t *testing.T) {
+	srv, _ := serve(t)
+	_, v := call(t, srv, "POST", "/v1/providers/fragile/allow", `{"id":"f-1"}`, token)
+	slot, _ := v["slot"].(string)
+	report := func(id string, failed bool) map[string]any {
+		_, r := call(t, srv, "POST", "/v1/providers/fragile/report", fmt.Sprintf(`{"id":%q,"slot":%q,"failed":%v}`, id, slot, failed), token)
+		return r
+	}
+	if r := report("f-1", true); r["breaker"] != "closed" || r["failures"] != float64(1) {
+		t.Fatalf("one failure: %v", r)
+	}
+	if r := report("f-1", false); r["failures"] != float64(0) {
+		t.Fatalf("an answer after it: %v, want the run ended", r)
+	}
+	report("f-1", true)
+	if r := report("f-2", true); r["breaker"] != "open" {
+		t.Fatalf("two failures in a row: %v, want open", r)
+	}
+	if _, v := call(t, srv, "POST", "/v1/providers/fragile/reserve", `{"id":"f-3","max_wait_ms":500}`, token); v["allowed"] != false || v["paused"] != true {
+		t.Fatalf("a reserve while open: %v, want denied by the hold", v)
+	}
+	if status, r := call(t, srv, "POST", "/v1/providers/acme/report", `{"id":"a","failed":true}`, token); status != 200 || r["breaker"] != "none" {
+		t.Fatalf("without a breaker: %d %v", status, r)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/paygate/paygate/gate"
 	"github.com/paygate/paygate/internal/report"
 )
 
@@ -157,4 +158,43 @@ func (a *api) status(ctx context.Context, provider string, _ []byte) (any, error
 		return nil, err
 	}
 	return report.Of(ctx, a.o.Gate, provider)
+}
+
+// report is POST …/report: the answer a caller's request got, for the provider's breaker (providers.
+// <name>.breaker): a transient failure (5xx, a timeout, a refused or reset connection) counts toward
+// opening it, any other answer ends a run of failures. Without a breaker it changes nothing.
+func (a *api) report(ctx context.Context, provider string, body []byte) (any, error) {
+	var r struct {
+		ID     string `json:"id"`
+		Slot   string `json:"slot"`
+		Failed bool   `json:"failed"`
+	}
+	if err := decode(body, &r); err != nil {
+		return nil, err
+	}
+	if r.ID == "" {
+		return nil, &apiError{http.StatusBadRequest, "id", "required: the job's id"}
+	}
+	var sent time.Time
+	if r.Slot != "" {
+		var err error
+		if sent, err = time.Parse(time.RFC3339Nano, r.Slot); err != nil {
+			return nil, &apiError{http.StatusBadRequest, "slot", fmt.Sprintf("must be the verdict's slot (RFC 3339), got %q", r.Slot)}
+		}
+	}
+	if _, err := a.o.Gate.Algorithm(provider); err != nil {
+		return nil, err
+	}
+	if !a.o.Gate.HasBreaker(provider) {
+		return map[string]any{"breaker": "none"}, nil
+	}
+	report := func() (gate.BreakerState, error) { return a.o.Gate.ReportAnswer(ctx, provider, r.ID) }
+	if r.Failed {
+		report = func() (gate.BreakerState, error) { return a.o.Gate.ReportFailure(ctx, provider, r.ID, sent) }
+	}
+	st, err := report()
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"breaker": st.Phase.String(), "failures": st.Failures, "counted": st.Counted}, nil
 }

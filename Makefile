@@ -28,7 +28,7 @@ test-repeat:
 # takes 3.5). It restarts the RabbitMQ application and changes its consumer_timeout for a while: run it
 # alone.
 test-faults: services
-	$(GO) test -race -count=1 -timeout 20m -run '^TestFault' -v ./cmd/worker
+	$(GO) test -race -count=1 -timeout 25m -run '^TestFault' -v ./cmd/worker
 
 # The learned-limit acceptance (issue 18, docs/operations.md "Learned limits"): two minutes of two workers
 # learning a provider's unpublished 80/1s, then its drop to 40/1s. Its utilisation needs the machine to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -23,14 +24,26 @@ const breakerOpenMax = 30 * time.Second
 // the default breaker but for open_max (breakerOpenMax), and jobs enqueued; traffic flows (jobs/5
 // accepted) before it returns.
 func breakerFleet(t *testing.T, jobs int) (*fleet, *simProc) {
+	return breakerFleetOn(t, "rabbitmq", jobs)
+}
+
+// breakerFleetOn is breakerFleet on either broker (kind rabbitmq or kafka: kfake).
+func breakerFleetOn(t *testing.T, kind string, jobs int) (*fleet, *simProc) {
 	t.Helper()
-	f := faultFleet(t, nil, simProvider{name: "acme", limits: []sim.Window{{Limit: 20, Per: time.Second}}}, jobs,
-		"PAYGATE_PROVIDERS_ACME_BREAKER_OPEN_MAX="+breakerOpenMax.String())
+	acme := simProvider{name: "acme", limits: []sim.Window{{Limit: 20, Per: time.Second}}}
+	var f *fleet
+	if kind == "kafka" {
+		f, _ = newKafkaFleet(t, acme)
+	} else {
+		f = newFleet(t, acme)
+	}
+	f.env2 = append(f.env2, "PAYGATE_PROVIDERS_ACME_BREAKER_OPEN_MAX="+breakerOpenMax.String())
+	f.enqueue("acme", jobs, "j")
 	f.margin = 30 * time.Millisecond // five busy processes on two cores: the fleet tests' margin
 	for range 3 {
 		f.startWorker()
 	}
-	f.waitAccepted("acme", int64(jobs/5), time.Minute)
+	f.waitAccepted("acme", int64(jobs/5), 2*time.Minute)
 	return f, f.sims["acme"]
 }
 
@@ -136,9 +149,15 @@ func onePerInterval(t *testing.T, lines []sentLine, opened, until time.Time, reo
 // probe; counted at the provider in the 500s, and in the workers' settled lines throughout), the
 // intervals doubling from 1s to open_max (30s here). No job spends its attempts waiting: 0 dead letters,
 // every job accepted once, within 300/20 s + open_max + 5 s of the recovery, and 0 requests over the limit.
-func TestFaultBreakerOutage(t *testing.T) {
+func TestFaultBreakerOutage(t *testing.T) { breakerOutage(t, "rabbitmq") }
+
+// The same on Kafka (kfake): three members of the group, the jobs held in the retry topics while the
+// breaker is open.
+func TestFaultBreakerOutageKafka(t *testing.T) { breakerOutage(t, "kafka") }
+
+func breakerOutage(t *testing.T, kind string) {
 	const jobs = 300
-	f, s := breakerFleet(t, jobs)
+	f, s := breakerFleetOn(t, kind, jobs)
 	before := s.Stats()
 	outage := time.Now()
 	// Refused for 90s (the simulator's own endpoints too), then listening again and answering 500.
@@ -175,7 +194,7 @@ func TestFaultBreakerOutage(t *testing.T) {
 	if openEnd.OpenFor != breakerOpenMax {
 		t.Errorf("open for %s at the end of a 3-minute outage, want open_max %s (doubling from 1s)", openEnd.OpenFor, breakerOpenMax)
 	}
-	f.exactlyOnce("acme", jobs)
+	f.exactlyOnceOn(kind, "acme", jobs)
 	logs := f.logs()
 	for _, change := range []string{"breaker opened", "breaker reopened", "breaker probing", "breaker closed"} {
 		if !strings.Contains(logs, change) {
@@ -183,6 +202,25 @@ func TestFaultBreakerOutage(t *testing.T) {
 		}
 	}
 	t.Logf("provider: %d requests in all, %d in the 500s, accepted %d, violations %d", st.Requests, inFives, st.Accepted, st.Violations)
+}
+
+// exactlyOnceOn is exactlyOnce on either broker: on Kafka, every job accepted once at the provider, none
+// over the limit, and nothing in T.dead.
+func (f *fleet) exactlyOnceOn(kind, provider string, jobs int) {
+	f.t.Helper()
+	if kind != "kafka" {
+		f.exactlyOnce(provider, jobs)
+		return
+	}
+	st := f.sims[provider].Stats()
+	keys := map[string]bool{}
+	for _, k := range f.sims[provider].AcceptedKeys() {
+		keys[k] = true
+	}
+	brokers := strings.Trim(regexp.MustCompile(`brokers: \[("[^"]+")\]`).FindStringSubmatch(f.readConfig())[1], `"`)
+	if dead := readTopic(f.t, brokers, f.x+".dead"); st.Accepted != int64(jobs) || len(keys) != jobs || st.Violations != 0 || len(dead) != 0 {
+		f.t.Errorf("provider %+v, %d distinct keys, %d dead letters: want %d accepted once, 0 violations, none dead", st, len(keys), len(dead), jobs)
+	}
 }
 
 // statsOnceListening reads the simulator's stats as soon as it listens again (after a refusal).

@@ -24,8 +24,8 @@ test-repeat:
 # The fault suite (docs/reliability.md): Redis flushed, paused, down and restarted; broker connections cut
 # and the broker restarted; a worker killed -9 mid-dispatch; provider 500s, hangs, 429 storms and an
 # outage; a slow provider against the consumer timeout; the breaker through a three-minute outage and a
-# restart of every worker in one. Each ends with the ledger. About 8 minutes (the breaker's outage alone
-# takes 3.5). It restarts the RabbitMQ application and changes its consumer_timeout for a while: run it
+# restart of every worker in one, on RabbitMQ and on Kafka. Each ends with the ledger. About 14 minutes
+# (the breaker's outage takes 3.5 on each broker). It restarts the RabbitMQ application and changes its consumer_timeout for a while: run it
 # alone.
 test-faults: services
 	$(GO) test -race -count=1 -timeout 25m -run '^TestFault' -v ./cmd/worker

@@ -158,7 +158,7 @@ func TestSecretFromFile(t *testing.T) {
 	if o, err := c.Redis.Options(); err != nil || o.Password != secret {
 		t.Fatalf("password from the file: %q %v", o.Password, err)
 	}
-	if got := c.UnknownEnv([]string{"PAYGATE_REDIS_PASSWORD_FILE=" + path, "PAYGATE_AMQP_URL_FILE=/x", "PAYGATE_LOG_LEVEL_FILE=/x"}); fmt.Sprint(got) != "[PAYGATE_LOG_LEVEL_FILE]" {
+	if got := c.UnknownEnv([]string{"PAYGATE_REDIS_PASSWORD_FILE=" + path, "PAYGATE_AMQP_URL_FILE=/x", "PAYGATE_GATE_TOKENS=t", "PAYGATE_GATE_TOKENS_FILE=/x", "PAYGATE_LOG_LEVEL_FILE=/x"}); fmt.Sprint(got) != "[PAYGATE_LOG_LEVEL_FILE]" {
 		t.Fatalf("unknown %v, want only PAYGATE_LOG_LEVEL_FILE (not a secret)", got)
 	}
 	t.Setenv("PAYGATE_REDIS_PASSWORD", "from-env")

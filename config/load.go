@@ -165,7 +165,7 @@ func (c *Config) EnvNames() map[string]bool {
 			}
 		}
 	}
-	for _, secret := range []string{c.Redis.PasswordEnv, c.Broker.RabbitMQ.URLEnv, c.Broker.Kafka.SASL.PasswordEnv} {
+	for _, secret := range []string{c.Redis.PasswordEnv, c.Broker.RabbitMQ.URLEnv, c.Broker.Kafka.SASL.PasswordEnv, c.GateService.TokensEnv} {
 		if secret != "" {
 			names[secret] = true
 			names[secret+FileSuffix] = true

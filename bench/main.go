@@ -307,7 +307,7 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 		if err != nil {
 			return fmt.Errorf("service: %w", err)
 		}
-		fmt.Fprintf(&b, "\n## 8. The gate as a service\n\n`worker gate serve`'s handler (gateapi) over the gate, on loopback in this process: a decision (`allow`, a provider whose budget nothing here fills) asked %d times at 2000 a second, each by a caller of its own, of the gate directly (the Redis call alone) and through the service (HTTP/1.1 with keep-alive, a bearer token, JSON both ways); then 64 callers asking the service back to back for %s. The callers share the machine's two cores with the service and Redis.\n\n", n, d)
+		fmt.Fprintf(&b, "\n## 8. The gate as a service\n\n`worker gate serve`'s handler (gateapi) over the gate, on loopback in this process: a decision (`allow`, a provider whose budget nothing here fills) asked %d times at 2000 a second, each by a caller of its own, of the gate directly (the Redis call alone) and through the service (a bearer token, JSON both ways), over HTTP/1.1 with keep-alive (a pool of connections) and over HTTP/2 without TLS (h2c: one connection, the calls multiplexed on it); then 64 callers asking the service back to back for %s. The callers share the machine's two cores with the service and Redis.\n\n", n, d)
 		serviceTable(&b, rs, perSec)
 	}
 

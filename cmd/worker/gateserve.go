@@ -47,7 +47,13 @@ func gateServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return usageError{fmt.Errorf("gate serve: --listen %s: %w", *listen, err)}
 	}
-	hs := &http.Server{Handler: svc.Handler, TLSConfig: svc.TLS, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := &http.Server{Handler: svc.Handler, TLSConfig: svc.TLS, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+		Protocols: new(http.Protocols)}
+	// HTTP/1.1, and HTTP/2: over TLS by ALPN, without it as h2c (prior knowledge): one connection carries a
+	// caller's calls side by side, the lowest latency (BENCHMARKS.md, "The gate as a service").
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetHTTP2(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)

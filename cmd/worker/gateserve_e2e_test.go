@@ -122,6 +122,13 @@ func TestGateServiceBesideTheFleet(t *testing.T) {
 	f := newFleet(t, simProvider{name: "acme", limits: windows})
 	f.established()
 	service := f.startGateService()
+	h2 := new(http.Protocols)
+	h2.SetUnencryptedHTTP2(true)
+	if resp, err := (&http.Client{Transport: &http.Transport{Protocols: h2}}).Get(service + "/healthz"); err != nil || resp.ProtoMajor != 2 {
+		t.Fatalf("HTTP/2 without TLS (h2c): %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	const jobs = 300
 	f.enqueue("acme", jobs, "w")
 	s := f.sims["acme"]

@@ -218,14 +218,17 @@ type Worker struct {
 	// announcements) are compared only with each other. Two local moments come from the gate's own
 	// time.Now (gate.Verdict.Asked, NoteDisconnect's): a test's clock leaves those out or sets them itself.
 	now       func() time.Time
-	redisLog  *throttle.Log        // warnings about the gate's Redis, at most one per 10s
-	lateLog   *throttle.Log        // warnings about jobs deferred for waking late, at most one per 10s
-	outage    gateOutage           // how long the gate has not answered, for the deferrals' tiers
-	resultLog *throttle.Log        // warnings about results the broker did not take, at most one per 10s
-	signals   *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
-	id        string               // this worker, to the gate's margin
-	late      map[string]*lateness // each provider's recent wake-ups, for ReportLateness
-	breakers  *breakers            // the providers' breakers, as this worker knows them (UseBreaker; nil: none)
+	redisLog  *throttle.Log // warnings about the gate's Redis, at most one per 10s
+	lateLog   *throttle.Log // warnings about jobs deferred for waking late, at most one per 10s
+	outage    gateOutage    // how long the gate has not answered, for the deferrals' tiers
+	resultLog *throttle.Log // warnings about results the broker did not take, at most one per 10s
+	// settling counts the settlements running in the background (inBackground), settleSlots bounds them
+	settling    sync.WaitGroup
+	settleSlots chan struct{}
+	signals     *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
+	id          string               // this worker, to the gate's margin
+	late        map[string]*lateness // each provider's recent wake-ups, for ReportLateness
+	breakers    *breakers            // the providers' breakers, as this worker knows them (UseBreaker; nil: none)
 }
 
 // New returns a worker. metrics may be nil.
@@ -251,7 +254,8 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	}
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttle.Log{}, lateLog: &throttle.Log{}, resultLog: &throttle.Log{},
-		signals: newSignals(), id: workerID(), late: newLateness(cfg.Providers)}, nil
+		settleSlots: make(chan struct{}, 2*cfg.Concurrency*len(cfg.Providers)),
+		signals:     newSignals(), id: workerID(), late: newLateness(cfg.Providers)}, nil
 }
 
 // streamOf takes deliveries from a stream in its order; false once it has closed.
@@ -306,7 +310,7 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 	<-ctx.Done()
 	stopReports()
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { wg.Wait(); w.settling.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownTimeout):

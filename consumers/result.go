@@ -104,3 +104,15 @@ func (s *settlement) unrecorded(ctx context.Context) {
 	Sleep(ctx, time.Second)
 	s.requeue(ctx)
 }
+
+// inBackground runs a settlement on a goroutine of its own, at most settleSlots at once (a handler waits
+// for a slot: the broker's confirms pace the worker when they cannot keep up); Run waits for every one
+// before it returns.
+func (w *Worker) inBackground(settle func()) {
+	w.settleSlots <- struct{}{}
+	w.settling.Add(1)
+	go func() {
+		defer func() { <-w.settleSlots; w.settling.Done() }()
+		settle()
+	}()
+}

@@ -124,6 +124,7 @@ func TestResultsBeforeSettlement(t *testing.T) {
 			}
 			for range tt.handlings {
 				w.Handle(context.Background(), "acme", eventDelivery{e})
+				w.settling.Wait() // a success's result and ack run in the background
 			}
 			if got := strings.Join(e.log, ", "); got != tt.want {
 				t.Fatalf("%s, want %s", got, tt.want)

@@ -123,8 +123,18 @@ func (s *settlement) declined(ctx context.Context, gid string, why error) {
 	s.acknowledge(ctx, gid, OutcomeDeclined, ResultDeclined, why)
 }
 
-// acknowledge settles a job the provider answered for good, once its result is published.
+// acknowledge settles a job the provider answered for good, once its result is published. With results
+// on, that runs in the background (Worker.inBackground): the handler takes its next delivery while the
+// broker confirms the result, and the delivery is acknowledged after it all the same.
 func (s *settlement) acknowledge(ctx context.Context, gid string, outcome Outcome, result string, why error) {
+	if s.w.cfg.Results != nil {
+		s.w.inBackground(func() { s.acknowledgeNow(ctx, gid, outcome, result, why) })
+		return
+	}
+	s.acknowledgeNow(ctx, gid, outcome, result, why)
+}
+
+func (s *settlement) acknowledgeNow(ctx context.Context, gid string, outcome Outcome, result string, why error) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
 	if !s.record(ctx, result, "", s.attempt+1) {

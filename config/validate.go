@@ -113,6 +113,7 @@ func (c *Config) Validate() error {
 
 func (pr Provider) validate(p *problems, path, name string, margin time.Duration) {
 	p.check(job.ValidProvider(name), path, "provider name must match %s, got %q", job.ProviderPattern, name)
+	p.check(name != "dead" && name != "results", path, "provider name %q is taken: the broker's %s queue or topic has it", name, name)
 	pr.validateEndpoint(p, path)
 	pr.validateAnswer(p, path)
 	pr.validateAlgorithm(p, path)

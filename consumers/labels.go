@@ -45,6 +45,7 @@ const (
 	OutcomeTooOld         Outcome = "too_old"        // first seen longer ago than max_deferral_age: dead letter
 	OutcomeDeferred       Outcome = "deferred"       // no slot within max wait: deferred by the gate's RetryAfter
 	OutcomeScheduled      Outcome = "scheduled"      // before its not_before: deferred, asking the gate nothing
+	OutcomeUnrecorded     Outcome = "unrecorded"     // its result not published: deferred, sent again later
 	OutcomePaused         Outcome = "paused"         // the provider is paused, or the slot falls in a pause: deferred past it
 	OutcomeLate           Outcome = "late"           // woke late on every one of MaxLateTries slots: deferred, never sent late
 	OutcomeLost           Outcome = "lost"           // the gate's state was lost under every one of MaxLateTries slots: deferred

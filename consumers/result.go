@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"time"
+	"errors"
 	"unicode/utf8"
 
 	"go.uber.org/zap"
@@ -98,11 +98,19 @@ func (s *settlement) record(ctx context.Context, outcome, reason string, attempt
 	return true
 }
 
-// unrecorded settles a delivery whose result the broker did not take: back to its queue after a pause
-// (the pause bounds the loop while the broker refuses), to be sent again under its idempotency key.
-func (s *settlement) unrecorded(ctx context.Context) {
-	Sleep(ctx, time.Second)
-	s.requeue(ctx)
+// errUnrecorded is why a job whose result the broker did not take is deferred.
+var errUnrecorded = errors.New("its result was not published")
+
+// unrecorded settles a delivery whose result the broker did not take: deferred for the first delay tier,
+// not an attempt, to be sent again under its idempotency key and its result published then. A request
+// that was sent (gid, the admission's entry; "" for none) is marked sent at the gate first, so that its
+// next try is a duplicate there rather than a new unit. (Requeued, it would come back at once on
+// RabbitMQ, and on Kafka not before a rebalance, holding back its partition's commits.)
+func (s *settlement) unrecorded(ctx context.Context, gid string) {
+	if gid != "" {
+		_ = s.w.gate.Sent(ctx, s.provider, gid)
+	}
+	s.deferFor(ctx, s.w.cfg.RedisRetry, OutcomeUnrecorded, errUnrecorded)
 }
 
 // inBackground runs a settlement on a goroutine of its own, at most settleSlots at once (a handler waits

@@ -108,7 +108,7 @@ func TestResultsBeforeSettlement(t *testing.T) {
 			handlings: 1, want: "result declined, ack", status: 402, body: `{"status":"declined"}`},
 		{name: "refused: dead, its answer not UTF-8", answer: answering{answer: refused, err: &providers.StatusError{Provider: "acme", Status: 422, Permanent: true}},
 			handlings: 1, want: "result dead, dead permanent", status: 422, body: `"YmFkIGliYW4g/w=="`, encoding: "base64", reason: "permanent"},
-		{name: "the broker does not take the result", answer: answering{answer: ok}, failPublish: true, handlings: 1, want: "result failed, requeue"},
+		{name: "the broker does not take the result", answer: answering{answer: ok}, failPublish: true, handlings: 1, want: "result failed, defer"},
 		{name: "the ack lost after the result: a second result", answer: answering{answer: ok}, failAck: true, handlings: 2,
 			want: "result succeeded, ack lost, result succeeded, ack lost", status: 201, body: `{"transaction_id":"T-1"}`},
 	}

@@ -138,7 +138,7 @@ func (s *settlement) acknowledgeNow(ctx context.Context, gid string, outcome Out
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
 	if !s.record(ctx, result, "", s.attempt+1) {
-		s.unrecorded(ctx)
+		s.unrecorded(ctx, gid)
 		return
 	}
 	// Accepted but not settled, the job comes again. Telling the gate makes that redelivery a plain
@@ -170,7 +170,7 @@ func (s *settlement) deadLetter(ctx context.Context, reason Reason, outcome Outc
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
 	if !s.record(ctx, ResultDead, string(reason), s.attempt) {
-		s.unrecorded(ctx)
+		s.unrecorded(ctx, "")
 		return
 	}
 	err := s.d.DeadLetter(ctx, reason, s.attempt, why)

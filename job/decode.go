@@ -282,8 +282,12 @@ func notJSON(err error) error {
 
 // text reads a string field; null reads as "", as encoding/json reads it into a string (an optional
 // field given as null is absent: "merchant": null is no merchant).
-// moment reads an RFC 3339 time (a string with its offset, fractions of a second allowed) into dst.
+// moment reads an RFC 3339 time (a string with its offset, fractions of a second allowed) into dst;
+// null is no time, as encoding/json reads it.
 func moment(raw json.RawMessage, field string, dst *time.Time) error {
+	if string(raw) == "null" {
+		return nil
+	}
 	var s string
 	if err := text(raw, field, 1, 64, &s); err != nil {
 		return err

@@ -31,6 +31,9 @@ func TestDecodeValid(t *testing.T) {
 	if want := time.Date(2026, 11, 27, 18, 0, 0, 5e8, time.UTC); err != nil || !j.NotBefore.Equal(want) {
 		t.Fatalf("not_before %v (%v), want %v", j.NotBefore, err, want)
 	}
+	if j, err := job.Decode([]byte(`{"id":"c","provider":"acme","amount":1,"currency":"EUR","not_before":null}`), maxCost); err != nil || !j.NotBefore.IsZero() {
+		t.Fatalf("not_before null: %v %v, want none", j, err)
+	}
 	// An optional string given as null is absent, as encoding/json reads it.
 	j, err = job.Decode([]byte(`{"id":"a\"b\\","provider":"acme","amount":1,"currency":"EUR","merchant":null}`), maxCost)
 	if err != nil || j.Merchant != "" || j.ID != `a"b\` {

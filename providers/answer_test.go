@@ -55,6 +55,11 @@ func TestAnswers(t *testing.T) {
 			outcome: providers.Succeeded, body2: `{"status":"declined"}`},
 		{name: "a 500 is never a decline", status: 500, body: []byte(`{"result":{"status":"declined"}}`), declined: declined,
 			outcome: providers.Transient, body2: `{"result":{"status":"declined"}}`},
+		{name: "a decline's field past response_max: told from the whole body, the result cut", status: 200,
+			body: []byte(`{"pad":"` + strings.Repeat("x", 40) + `","result":{"status":"declined"}}`), max: 16, declined: declined,
+			outcome: providers.Decline, body2: `{"pad":"xxxxxxxx`, truncated: true},
+		{name: "text cut inside a character: cut before it", status: 200, body: []byte("ab" + strings.Repeat("é", 10)), max: 5,
+			outcome: providers.Succeeded, body2: "abé", truncated: true},
 		{name: "another value: a permanent failure", status: 422, body: []byte(`{"result":{"status":"invalid"}}`), declined: declined,
 			outcome: providers.Permanent, body2: `{"result":{"status":"invalid"}}`},
 	}

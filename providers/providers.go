@@ -309,7 +309,11 @@ func (c *Client) Dispatch(ctx context.Context, j *job.Job) (*Answer, error) {
 
 func (c *Client) classify(resp *http.Response, answer *Answer) error {
 	st := resp.StatusCode
-	if why := c.answers.decline(answer); why != "" {
+	why, unsure := c.answers.decline(answer)
+	switch {
+	case unsure != nil: // a decline taken for a success would be worse than a retry under the same key
+		return &StatusError{Provider: c.name, Status: st, Excerpt: unsure.Error(), Permanent: false}
+	case why != "":
 		return &Declined{Provider: c.name, Status: st, Why: why}
 	}
 	switch {

@@ -54,11 +54,13 @@ func gateServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetHTTP2(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
+	shutDown := make(chan struct{})
 	go func() {
+		defer close(shutDown)
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = hs.Shutdown(shut)
+		_ = hs.Shutdown(shut) // the calls in hand finish, on the Redis client still open
 	}()
 	scheme := "http"
 	if svc.TLS != nil {
@@ -74,5 +76,6 @@ func gateServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	<-shutDown
 	return nil
 }

@@ -96,7 +96,7 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	b.writer = &kafkago.Writer{
 		Addr:         kafkago.TCP(o.Brokers...),
 		Transport:    b.transport,
-		Balancer:     &kafkago.RoundRobin{},
+		Balancer:     &kafkago.Hash{}, // a result by its key, the job id (one partition per id); keyless jobs round-robin
 		RequiredAcks: kafkago.RequireAll, // the default (none) would be fire-and-forget
 		BatchTimeout: 2 * time.Millisecond,
 		MaxAttempts:  5,
@@ -115,11 +115,18 @@ func (b *Broker) isRetry(topic string) bool {
 func (b *Broker) providerOf(topic string) string {
 	return strings.TrimPrefix(topic, b.o.TopicPrefix+".")
 }
+// topics are the topics Open creates: the dead letters, the results (results.enabled), then consumed().
 func (b *Broker) topics() []string {
 	ts := []string{b.dead()}
 	if b.o.Results {
 		ts = append(ts, ResultsTopic(b.o.TopicPrefix))
 	}
+	return append(ts, b.consumed()...)
+}
+
+// consumed are the topics the group reads: each provider's, and each delay tier's.
+func (b *Broker) consumed() []string {
+	var ts []string
 	for _, p := range b.o.Providers {
 		ts = append(ts, b.topic(p))
 	}
@@ -248,7 +255,7 @@ func (b *Broker) member(ctx context.Context, streams map[string]chan consumers.D
 		ID:                b.o.Group,
 		Brokers:           b.o.Brokers,
 		Dialer:            b.o.cluster().Dialer(),
-		Topics:            b.topics()[1:],         // not the dead letters
+		Topics:            b.consumed(),           // not the dead letters, nor the results
 		HeartbeatInterval: 250 * time.Millisecond, // a rebalance is noticed at the next heartbeat
 		SessionTimeout:    10 * time.Second,
 		RebalanceTimeout:  10 * time.Second,

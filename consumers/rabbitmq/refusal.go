@@ -46,6 +46,11 @@ func checkURL(raw string) error {
 		if u, perr := url.Parse(raw); perr == nil && u.Scheme != "" {
 			scheme = u.Scheme + "://"
 		}
+		// A *url.Error quotes the whole URL, password and all: only what it says of it goes out.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return &Refusal{fmt.Sprintf("not an AMQP URL (amqp://user:pass@host:5672/vhost or amqps://…), scheme %s: %v", scheme, err)}
 	}
 	return nil

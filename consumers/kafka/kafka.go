@@ -96,7 +96,7 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	b.writer = &kafkago.Writer{
 		Addr:         kafkago.TCP(o.Brokers...),
 		Transport:    b.transport,
-		Balancer:     &kafkago.Hash{}, // a result by its key, the job id (one partition per id); keyless jobs round-robin
+		Balancer:     &kafkago.Hash{},    // a result by its key, the job id (one partition per id); keyless jobs round-robin
 		RequiredAcks: kafkago.RequireAll, // the default (none) would be fire-and-forget
 		BatchTimeout: 2 * time.Millisecond,
 		MaxAttempts:  5,
@@ -115,6 +115,7 @@ func (b *Broker) isRetry(topic string) bool {
 func (b *Broker) providerOf(topic string) string {
 	return strings.TrimPrefix(topic, b.o.TopicPrefix+".")
 }
+
 // topics are the topics Open creates: the dead letters, the results (results.enabled), then consumed().
 func (b *Broker) topics() []string {
 	ts := []string{b.dead()}

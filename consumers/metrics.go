@@ -85,6 +85,7 @@ func (m *Metrics) Touch(provider string) {
 	m.dispatch.WithLabelValues(provider, string(providers.Succeeded))
 	m.inflight.WithLabelValues(provider)
 	m.lateness.WithLabelValues(provider)
+	m.results.WithLabelValues(provider, ResultSucceeded) // 0 while results.enabled is off
 }
 
 // decided counts a decision of the worker on a gate's answer for provider.

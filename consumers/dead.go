@@ -55,15 +55,15 @@ type DeadLetter interface {
 // DeadLetters are a broker's dead letters.
 type DeadLetters interface {
 	// Scan reads the dead letters there are when it starts, and hands them to visit in the order they
-	// were dead-lettered (SortDead), until visit returns false or an error. Whatever visit neither
+	// were dead-lettered (sortDead), until visit returns false or an error. Whatever visit neither
 	// replays nor purges stays dead, where it was.
 	Scan(ctx context.Context, visit func(DeadLetter) (bool, error)) error
 }
 
-// SortDead sorts dead letters into the order they were dead-lettered: by DeadAt (those without one
+// sortDead sorts dead letters into the order they were dead-lettered: by DeadAt (those without one
 // first), then FirstSeen, then as given. A broker's own order is not enough: RabbitMQ puts back the
 // messages a scan took in an order of its own.
-func SortDead(letters []DeadLetter) {
+func sortDead(letters []DeadLetter) {
 	infos := make(map[DeadLetter]DeadInfo, len(letters))
 	for _, l := range letters {
 		infos[l] = l.Info()
@@ -72,6 +72,19 @@ func SortDead(letters []DeadLetter) {
 		x, y := infos[a], infos[b]
 		return cmp.Or(x.DeadAt.Compare(y.DeadAt), x.FirstSeen.Compare(y.FirstSeen))
 	})
+}
+
+// VisitDead hands the letters to visit in the order they were dead-lettered (sortDead), until visit
+// returns false or an error: the end of every adapter's Scan.
+func VisitDead(letters []DeadLetter, visit func(DeadLetter) (bool, error)) error {
+	sortDead(letters)
+	for _, l := range letters {
+		more, err := visit(l)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReplayHeader reports whether a replayed copy keeps a dead letter's header: it keeps the producer's

@@ -105,14 +105,7 @@ func (d *Dead) Scan(ctx context.Context, visit func(consumers.DeadLetter) (bool,
 	if err != nil {
 		return err
 	}
-	consumers.SortDead(letters)
-	for _, l := range letters {
-		more, err := visit(l)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return consumers.VisitDead(letters, visit)
 }
 
 // read hands fn every record a topic holds now, partition by partition, in offset order.

@@ -79,14 +79,7 @@ func (d *Dead) Scan(ctx context.Context, visit func(consumers.DeadLetter) (bool,
 	if err != nil {
 		return err
 	}
-	consumers.SortDead(letters)
-	for _, l := range letters {
-		more, err := visit(l)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+	return consumers.VisitDead(letters, visit)
 }
 
 // take gets the messages X.dead holds now: as many as the first get says there are, so that dead letters

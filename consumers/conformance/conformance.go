@@ -5,6 +5,7 @@ package conformance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -214,4 +215,29 @@ func shutdown(t *testing.T, h *Harness) {
 	if err := again.Ack(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ScanDead lists an adapter's dead letters through Scan, calling act (when not nil) on each; it returns
+// what each said of itself, in the order Scan handed them over.
+func ScanDead(t *testing.T, dl consumers.DeadLetters, act func(consumers.DeadLetter) error) []consumers.DeadInfo {
+	t.Helper()
+	var out []consumers.DeadInfo
+	err := dl.Scan(context.Background(), func(l consumers.DeadLetter) (bool, error) {
+		out = append(out, l.Info())
+		if act != nil {
+			return true, act(l)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// IDOf is a job body's id ("" when it has none).
+func IDOf(body []byte) string {
+	var j struct{ ID string }
+	_ = json.Unmarshal(body, &j)
+	return j.ID
 }

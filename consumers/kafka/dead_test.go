@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -10,33 +9,15 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/conformance"
 	"github.com/paygate/paygate/consumers/kafka"
 	"github.com/paygate/paygate/providers"
 )
 
-// scanDead lists T.dead through Scan, calling act (when not nil) on each letter; it returns what each said
-// of itself, in the order Scan handed them over.
-func scanDead(t *testing.T, dl consumers.DeadLetters, act func(consumers.DeadLetter) error) []consumers.DeadInfo {
-	t.Helper()
-	var out []consumers.DeadInfo
-	err := dl.Scan(context.Background(), func(l consumers.DeadLetter) (bool, error) {
-		out = append(out, l.Info())
-		if act != nil {
-			return true, act(l)
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func idOf(body []byte) string {
-	var j struct{ ID string }
-	_ = json.Unmarshal(body, &j)
-	return j.ID
-}
+var (
+	scanDead = conformance.ScanDead
+	idOf     = conformance.IDOf
+)
 
 // Dead letters are listed oldest first with what their headers say, and stay (a topic cannot lose a
 // record): a replayed one is produced to its provider's topic afresh (attempt 0, first seen now) and

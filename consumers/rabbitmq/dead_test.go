@@ -2,7 +2,6 @@ package rabbitmq_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -11,34 +10,16 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/consumers/conformance"
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/internal/testenv"
 	"github.com/paygate/paygate/providers"
 )
 
-// scanDead lists X.dead through Scan, calling act (when not nil) on each letter; it returns what each
-// said of itself, in the order Scan handed them over.
-func scanDead(t *testing.T, dl consumers.DeadLetters, act func(consumers.DeadLetter) error) []consumers.DeadInfo {
-	t.Helper()
-	var out []consumers.DeadInfo
-	err := dl.Scan(context.Background(), func(l consumers.DeadLetter) (bool, error) {
-		out = append(out, l.Info())
-		if act != nil {
-			return true, act(l)
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func idOf(body []byte) string {
-	var j struct{ ID string }
-	_ = json.Unmarshal(body, &j)
-	return j.ID
-}
+var (
+	scanDead = conformance.ScanDead
+	idOf     = conformance.IDOf
+)
 
 // Dead letters of every kind are listed (twice: a scan takes nothing), oldest first, with what their
 // headers say; a replayed one goes back to its provider's queue afresh (attempt 0, first seen now, one

@@ -35,16 +35,8 @@ func BuildGateService(ctx context.Context, c *config.Config, reg *prometheus.Reg
 	if err != nil {
 		return nil, ConfigError{err}
 	}
-	rdb, err := Redis(c)
+	g, rdb, err := CheckedGate(ctx, c, Worker)
 	if err != nil {
-		return nil, err
-	}
-	g, err := Gate(c, rdb, Worker)
-	if err == nil {
-		err = CheckRedis(ctx, c, rdb, g)
-	}
-	if err != nil {
-		_ = rdb.Close()
 		return nil, err
 	}
 	ready := func(ctx context.Context) error { return RedisRefusal(c.Redis, rdb.Ping(ctx).Err()) }

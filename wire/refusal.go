@@ -72,3 +72,21 @@ func CheckRedis(ctx context.Context, c *config.Config, rdb redis.UniversalClient
 	}
 	return nil
 }
+
+// CheckedGate is a command's Redis client and gate over it (role), Redis asked once (CheckRedis): a
+// refusal is a ConfigError, and the client is closed on any error.
+func CheckedGate(ctx context.Context, c *config.Config, role Role) (*gate.Limiter, redis.UniversalClient, error) {
+	rdb, err := Redis(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := Gate(c, rdb, role)
+	if err == nil {
+		err = CheckRedis(ctx, c, rdb, l)
+	}
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return l, rdb, nil
+}

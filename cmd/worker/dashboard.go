@@ -25,18 +25,11 @@ func dashboardCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	rdb, err := wire.Redis(c)
+	l, rdb, err := wire.CheckedGate(ctx, c, wire.Tool)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	l, err := wire.Gate(c, rdb, wire.Tool)
-	if err != nil {
-		return err
-	}
-	if err := wire.CheckRedis(ctx, c, rdb, l); err != nil {
-		return err
-	}
 	names := c.ProviderNames()
 	src := dashboard.GateSource(l, names)
 	backlog, closeBacklog, err := wire.Backlog(c, wire.Options{})

@@ -83,16 +83,8 @@ func openGate(cmd, path, provider string, stderr io.Writer) (*toolGate, error) {
 	if _, ok := c.Providers[provider]; !ok {
 		return nil, usageError{fmt.Errorf("%s: provider %q is not configured in %s", cmd, provider, path)}
 	}
-	rdb, err := wire.Redis(c)
+	l, rdb, err := wire.CheckedGate(context.Background(), c, wire.Tool)
 	if err != nil {
-		return nil, err
-	}
-	l, err := wire.Gate(c, rdb, wire.Tool)
-	if err == nil {
-		err = wire.CheckRedis(context.Background(), c, rdb, l)
-	}
-	if err != nil {
-		rdb.Close()
 		return nil, err
 	}
 	return &toolGate{Limiter: l, cfg: c, Close: func() { rdb.Close() }}, nil

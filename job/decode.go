@@ -88,6 +88,17 @@ func DecodeFor(body []byte, maxCost map[string]int64, endpoints Endpoints) (*Job
 		{"idempotency_key", false, func(r json.RawMessage) error { return text(r, "idempotency_key", 1, MaxKeyLen, &j.IdempotencyKey) }},
 		{"cost", false, func(r json.RawMessage) error { return integer(r, "cost", &j.Cost) }},
 		{"not_before", false, func(r json.RawMessage) error { return moment(r, "not_before", &j.NotBefore) }},
+		{"priority", false, func(r json.RawMessage) error {
+			var p string
+			if string(r) == "null" || text(r, "priority", 0, 16, &p) != nil {
+				return invalid("priority", "must be high, normal or low, got %s", excerpt(r))
+			}
+			if !ValidPriority(Priority(p)) {
+				return invalid("priority", "must be high, normal or low, got %q", p)
+			}
+			j.Priority = Priority(p)
+			return nil
+		}},
 		{"payload", false, func(r json.RawMessage) error {
 			if t := bytes.TrimSpace(r); len(t) == 0 || t[0] != '{' {
 				return invalid("payload", "must be an object, got %s", excerpt(t))
@@ -109,7 +120,7 @@ func DecodeFor(body []byte, maxCost map[string]int64, endpoints Endpoints) (*Job
 		}
 	}
 	if len(fields) > 0 { // the first in order, so that a body gets the same reason every time
-		return nil, invalid(slices.Min(slices.Collect(maps.Keys(fields))), "unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, payload)")
+		return nil, invalid(slices.Min(slices.Collect(maps.Keys(fields))), "unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, priority, payload)")
 	}
 
 	switch {

@@ -34,6 +34,16 @@ func TestDecodeValid(t *testing.T) {
 	if j, err := job.Decode([]byte(`{"id":"c","provider":"acme","amount":1,"currency":"EUR","not_before":null}`), maxCost); err != nil || !j.NotBefore.IsZero() {
 		t.Fatalf("not_before null: %v %v, want none", j, err)
 	}
+	for body, want := range map[string]job.Priority{
+		`{"id":"p","provider":"acme","amount":1,"currency":"EUR"}`:                     job.Normal,
+		`{"id":"p","provider":"acme","amount":1,"currency":"EUR","priority":"normal"}`: job.Normal,
+		`{"id":"p","provider":"acme","amount":1,"currency":"EUR","priority":"high"}`:   job.High,
+		`{"id":"p","provider":"acme","amount":1,"currency":"EUR","priority":"low"}`:    job.Low,
+	} {
+		if j, err := job.Decode([]byte(body), maxCost); err != nil || j.Class() != want {
+			t.Fatalf("%s: class %v (%v), want %s", body, j, err, want)
+		}
+	}
 	// An optional string given as null is absent, as encoding/json reads it.
 	j, err = job.Decode([]byte(`{"id":"a\"b\\","provider":"acme","amount":1,"currency":"EUR","merchant":null}`), maxCost)
 	if err != nil || j.Merchant != "" || j.ID != `a"b\` {
@@ -77,7 +87,7 @@ func TestDecodeInvalid(t *testing.T) {
 		{"null currency", `{"id":"a","provider":"acme","amount":1,"currency":null}`, `currency: must be three upper-case letters (ISO 4217), got ""`},
 		{"null idempotency key", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","idempotency_key":null}`, "idempotency_key: must be 1..255 characters, got 0"},
 		{"null cost", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","cost":null}`, `cost: must be an integer, got "null"`},
-		{"several unknown fields", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","zz":1,"amout":5,"b":2}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, payload)"},
+		{"several unknown fields", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","zz":1,"amout":5,"b":2}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, priority, payload)"},
 		{"null amount", `{"id":"a","provider":"acme","amount":null,"currency":"EUR"}`, `amount: must be an integer, got "null"`},
 		{"not_before not a time", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","not_before":"tomorrow"}`, `not_before: must be an RFC 3339 time such as 2026-11-27T18:00:00Z, got "tomorrow"`},
 		{"not_before without an offset", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","not_before":"2026-11-27T18:00:00"}`, `not_before: must be an RFC 3339 time such as 2026-11-27T18:00:00Z, got "2026-11-27T18:00:00"`},
@@ -93,7 +103,12 @@ func TestDecodeInvalid(t *testing.T) {
 		{"payload array", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":[1]}`, `payload: must be an object, got "[1]"`},
 		{"payload string", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","payload":"x"}`, `payload: must be an object, got "\"x\""`},
 		{"merchant with a control character", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","merchant":"m\n1"}`, "merchant: must not contain control or format characters"},
-		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, payload)"},
+		{"unknown priority", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","priority":"urgent"}`, `priority: must be high, normal or low, got "urgent"`},
+		{"priority upper-case", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","priority":"HIGH"}`, `priority: must be high, normal or low, got "HIGH"`},
+		{"priority null", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","priority":null}`, `priority: must be high, normal or low, got "null"`},
+		{"priority a number", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","priority":1}`, `priority: must be high, normal or low, got "1"`},
+		{"priority empty", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","priority":""}`, `priority: must be high, normal or low, got ""`},
+		{"unknown field", `{"id":"a","provider":"acme","amount":1,"currency":"EUR","amout":5}`, "amout: unknown field (the job contract has id, provider, operation, amount, currency, merchant, idempotency_key, cost, not_before, priority, payload)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,6 +130,7 @@ func FuzzDecode(f *testing.F) {
 		`{"id":"a","id":"a"}`, `[]`, `{`, `""`, "\xff", `{"amount":1e3}`,
 		`{"id":"a/b c","provider":"acme","operation":"refunds","amount":1,"currency":"EUR","payload":{"payment_id":7}}`,
 		`{"id":"a","provider":"acme","operation":"payouts","amount":1,"currency":"EUR","merchant":"m"}`,
+		`{"id":"a","provider":"acme","amount":1,"currency":"EUR","priority":"low"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -129,6 +145,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if j.ID == "" || j.Amount <= 0 || len(j.Currency) != 3 || j.Cost < 1 || j.Cost > maxCost[j.Provider] {
 			t.Fatalf("accepted a job outside the contract: %+v", j)
+		}
+		if !job.ValidPriority(j.Class()) {
+			t.Fatalf("accepted a priority outside the contract: %q", j.Priority)
 		}
 		if j.Payload != nil && !json.Valid(j.Payload) {
 			t.Fatalf("payload is not JSON: %q", j.Payload)

@@ -20,6 +20,33 @@ type Job struct {
 	// NotBefore is when the job may go at the earliest (RFC 3339; zero: now): until then it waits in the
 	// delay tiers and in-process, asks the gate nothing and spends no attempt.
 	NotBefore time.Time `json:"not_before,omitzero"`
+	// Priority is the job's class: High, Normal (also "") or Low. It must match the queue or topic the job
+	// arrives on (Route); a worker takes its waiting deliveries high first, then normal, then low.
+	Priority Priority `json:"priority,omitempty"`
+}
+
+// Priority is a job's class.
+type Priority string
+
+// The classes, and the order a worker takes waiting deliveries in (Priorities).
+const (
+	High   Priority = "high"
+	Normal Priority = "normal" // the default: a job without a priority
+	Low    Priority = "low"
+)
+
+// Priorities are the classes, highest first.
+var Priorities = []Priority{High, Normal, Low}
+
+// ValidPriority reports whether p is one of the classes.
+func ValidPriority(p Priority) bool { return p == High || p == Normal || p == Low }
+
+// Class is the job's priority: Normal when it gives none.
+func (j *Job) Class() Priority {
+	if j.Priority == "" {
+		return Normal
+	}
+	return j.Priority
 }
 
 // ProviderPattern is the rule for a provider name, in a job and in the configuration alike: 1 to 64

@@ -5,6 +5,7 @@
 //	go run . -quick                  a short smoke run of every scenario
 //	go run . -only memory,cost       some scenarios only (cost, accuracy, fast, e2e, footprint, scale, cluster, memory),
 //	                                 their report on stdout unless -out names a file
+//	go run . -amqp none              a machine without RabbitMQ: its rows are skipped (end to end on Kafka only)
 //
 // It asserts nothing about time: it reports what it measured, on the machine it ran on.
 package main
@@ -34,7 +35,7 @@ func main() {
 	out := flag.String("out", "../BENCHMARKS.md", "report to write")
 	plots := flag.String("plots", "plots", "directory for the SVG plots (relative to the report's links: bench/<dir>)")
 	redisAddr := flag.String("redis", envOr("PAYGATE_TEST_REDIS", "127.0.0.1:6379"), "Redis address")
-	amqpURL := flag.String("amqp", envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
+	amqpURL := flag.String("amqp", envOr("PAYGATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL; none: no RabbitMQ here (its rows, and the footprint run on it, are skipped)")
 	accuracyFor := flag.Duration("accuracy", 10*time.Second, "length of each contender's accuracy run (6 cases x 6 contenders)")
 	quick := flag.Bool("quick", false, "short runs of everything (a smoke test, not figures to quote)")
 	only := flag.String("only", "", "run only these scenarios, comma-separated: cost, batch (its batched decisions alone), accuracy, fast (its 10 000/1s case alone), e2e, footprint, scale, cluster, memory, service")
@@ -254,7 +255,10 @@ func bench(ctx context.Context, out, plotDir, redisAddr, amqpURL string, accurac
 		}
 	}
 
-	if want("footprint") {
+	if want("footprint") && amqpURL == noAMQP {
+		fmt.Fprintln(os.Stderr, "bench: footprint skipped: it runs a worker on RabbitMQ (-amqp none)")
+		fmt.Fprint(&b, "\n**Footprint at full budget:** not measured: it runs a worker on RabbitMQ, and this run had none (`-amqp none`).\n")
+	} else if want("footprint") {
 		fmt.Fprintln(os.Stderr, "bench: footprint")
 		fp, err := runFootprint(ctx, rdb, redisAddr, amqpURL, footprintFor)
 		if err != nil {
@@ -358,7 +362,13 @@ func redisVersion(ctx context.Context, rdb *redis.Client) string {
 	return "?"
 }
 
+// noAMQP is -amqp's value for a machine without RabbitMQ: the bench skips what needs it.
+const noAMQP = "none"
+
 func rabbitVersion(url string) string {
+	if url == noAMQP {
+		return "none (-amqp none: its rows are skipped)"
+	}
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		if out, err := exec.Command("rabbitmqctl", "version").Output(); err == nil {

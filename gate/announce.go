@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Announcement is one message on a gate's announcement channel (<prefix>:pauses), which Watch hears. Five
+// Announcement is one message on a gate's announcement channel (<prefix>:pauses), which Watch hears. Six
 // scripts publish them, each one shape; times are µs since the Unix epoch on the Redis clock, > 0:
 //
 //	AnnouncePause   "<provider> <until_us>"            pause.lua: a pause until Until
@@ -18,6 +18,8 @@ import (
 //	AnnounceBreaker "<provider> breaker <phase> <seq> <failures> <until_us> <hold_us> <now_us>"
 //	                                                   breaker.lua: the breaker changed (Breaker; its
 //	                                                   until and hold are 0 when none)
+//	AnnounceCancel  "<provider> cancel <id>"           cancel.lua: a job admitted for a slot still ahead
+//	                                                   was cancelled (ID: the rest of the message)
 //
 // A provider's name has no spaces (job.ValidProvider) and comes first; the second field is a time or one
 // of the words, so the shapes cannot be mistaken for one another.
@@ -29,6 +31,8 @@ type Announcement struct {
 	Until, Lost, At time.Time
 	// Breaker is the breaker's new state (AnnounceBreaker: its Phase, Seq, Failures, Until, Hold and Now).
 	Breaker BreakerState
+	// ID is the cancelled job's id (AnnounceCancel).
+	ID string
 }
 
 // AnnouncementKind tells the announcements apart.
@@ -41,6 +45,7 @@ const (
 	AnnounceLimits
 	AnnounceLanded
 	AnnounceBreaker
+	AnnounceCancel
 )
 
 // The words that name a shape in place of its first time.
@@ -48,6 +53,7 @@ const (
 	wordLimits  = "limits"
 	wordLanded  = "landed"
 	wordBreaker = "breaker"
+	wordCancel  = "cancel"
 )
 
 func (k AnnouncementKind) String() string {
@@ -62,6 +68,8 @@ func (k AnnouncementKind) String() string {
 		return wordLanded
 	case AnnounceBreaker:
 		return wordBreaker
+	case AnnounceCancel:
+		return wordCancel
 	}
 	return "AnnouncementKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -78,6 +86,8 @@ func (a Announcement) String() string {
 		return a.Provider + " " + wordLimits + " " + us(a.At)
 	case AnnounceLanded:
 		return a.Provider + " " + wordLanded
+	case AnnounceCancel:
+		return a.Provider + " " + wordCancel + " " + a.ID
 	case AnnounceBreaker:
 		b, n := a.Breaker, func(v int64) string { return strconv.FormatInt(v, 10) }
 		zus := func(t time.Time) string {
@@ -92,8 +102,8 @@ func (a Announcement) String() string {
 	return a.Provider + " " + a.Kind.String()
 }
 
-// ParseAnnouncement reads a message of the announcement channel (fields separated by white space); a
-// message of none of the four shapes is an error.
+// ParseAnnouncement reads a message of the announcement channel (fields separated by white space; a
+// cancel's id is the rest of the message); a message of none of the shapes is an error.
 func ParseAnnouncement(msg string) (Announcement, error) {
 	fields := strings.Fields(msg)
 	bad := func(why string) (Announcement, error) {
@@ -104,6 +114,14 @@ func ParseAnnouncement(msg string) (Announcement, error) {
 	}
 	a := Announcement{Provider: fields[0]}
 	switch {
+	case fields[1] == wordCancel:
+		// The id is the rest of the message as published (it may hold spaces).
+		_, id, _ := strings.Cut(strings.TrimLeft(msg, " \t"), " "+wordCancel+" ")
+		if len(fields) < 3 || checkID(id) != nil {
+			return bad(`want "<provider> cancel <id>"`)
+		}
+		a.Kind, a.ID = AnnounceCancel, id
+		return a, nil
 	case fields[1] == wordBreaker:
 		return parseBreaker(a, fields, bad)
 	case fields[1] == wordLanded:

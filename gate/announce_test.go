@@ -21,6 +21,7 @@ func TestAnnouncementShapes(t *testing.T) {
 		{"loss", gate.Announcement{Kind: gate.AnnounceLoss, Provider: "acme", Until: until, Lost: lost}, "acme 1764081234567890 1764081234000001"},
 		{"limits", gate.Announcement{Kind: gate.AnnounceLimits, Provider: "acme", At: at}, "acme limits 1764081299000000"},
 		{"landed", gate.Announcement{Kind: gate.AnnounceLanded, Provider: "acme"}, "acme landed"},
+		{"cancel", gate.Announcement{Kind: gate.AnnounceCancel, Provider: "acme", ID: "pay 42/x"}, "acme cancel pay 42/x"},
 		{"provider with digits, dash and underscore", gate.Announcement{Kind: gate.AnnouncePause, Provider: "psp_2-eu", Until: until}, "psp_2-eu 1764081234567890"},
 	}
 	for _, tt := range tests {
@@ -60,6 +61,7 @@ func TestParseAnnouncementRefuses(t *testing.T) {
 		{"limits at a word", "acme limits now", `time "now"`},
 		{"limits at zero", "acme limits 0", `time "0"`},
 		{"landed with more", "acme landed 5", `"<provider> landed" has no more fields`},
+		{"cancel without an id", "acme cancel", `want "<provider> cancel <id>"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -135,5 +137,5 @@ func TestScriptsPublishAnnouncements(t *testing.T) {
 }
 
 func sameAnnouncement(a, b gate.Announcement) bool {
-	return a.Kind == b.Kind && a.Provider == b.Provider && a.Until.Equal(b.Until) && a.Lost.Equal(b.Lost) && a.At.Equal(b.At)
+	return a.Kind == b.Kind && a.Provider == b.Provider && a.Until.Equal(b.Until) && a.Lost.Equal(b.Lost) && a.At.Equal(b.At) && a.ID == b.ID
 }

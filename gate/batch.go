@@ -190,7 +190,8 @@ func splitReplies(replies []any, n int) ([][]int64, []error, error) {
 		flags := nums[0]
 		r := make([]int64, replyLen)
 		r[replyAllowed], r[replyDuplicate], r[replyPaused] = flags&1, flags>>1&1, flags>>2&1
-		r[replyMoved], r[replyInFlight], r[replyLease], r[replyPolicy] = flags>>3&1, flags>>4&1, flags>>5&3, flags>>7
+		r[replyMoved], r[replyInFlight], r[replyLease] = flags>>3&1, flags>>4&1, flags>>5&3
+		r[replyCancelled], r[replyPolicy] = flags>>7&1, flags>>8
 		r[replyDelay], r[replyRetryAfter], r[replyRemaining], r[replyAdmittedAt], r[replyResetAfter] = nums[1], nums[2], nums[3], nums[4], nums[5]
 		r[replyNow] = now
 		each[i] = r

@@ -57,6 +57,9 @@ type Verdict struct {
 	// taken. RetryAfter is then at most FlightPoll: leases usually end long before they lapse, and Watch
 	// announces each end (LandWatcher).
 	InFlight bool
+	// Cancelled reports a denial of a cancelled job (Limiter.Cancel): it is never admitted while the cancel
+	// stands, whatever the budget. RetryAfter is then 0.
+	Cancelled bool
 	// Lease is the in-flight lease the admission took ("" when the provider has no cap): give it to Land
 	// when the request ends, or when the job gives its admission up (before asking again: every admission
 	// takes a lease of its own).
@@ -91,6 +94,7 @@ const (
 	replyResetAfter
 	replyInFlight
 	replyLease
+	replyCancelled
 	replyLen
 )
 
@@ -114,6 +118,7 @@ func verdictOf(p provider, providerName string, c call, reply []int64) (Verdict,
 		Now:        time.UnixMicro(reply[replyNow]),
 		Paused:     reply[replyPaused] == 1,
 		Moved:      reply[replyMoved] == 1,
+		Cancelled:  reply[replyCancelled] == 1,
 		ResetAfter: time.Duration(reply[replyResetAfter]) * time.Microsecond,
 		Margin:     time.Duration(c.margin) * time.Microsecond,
 	}
@@ -126,7 +131,7 @@ func verdictOf(p provider, providerName string, c call, reply []int64) (Verdict,
 	case 2:
 		v.Lease = c.jobID + "\x00d" + strconv.FormatInt(reply[replyNow], 10)
 	}
-	if !v.Allowed {
+	if !v.Allowed && !v.Cancelled {
 		// Round up to the millisecond: asking again after RetryAfter must not be early.
 		v.RetryAfter = (time.Duration(reply[replyRetryAfter])*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
 		if v.RetryAfter <= 0 {

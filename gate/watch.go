@@ -37,6 +37,13 @@ type LandWatcher interface {
 	NoteLanded(provider string)
 }
 
+// CancelWatcher is a Watcher that also hears of every job cancelled while admitted for a slot still ahead
+// (Limiter.Cancel), so that the holder of the slot gives it up rather than send the job.
+type CancelWatcher interface {
+	Watcher
+	NoteCancel(provider, jobID string)
+}
+
 // watchPing is how long Watch waits in silence before it pings the connection; two silences in a row
 // without an answer count as a lost connection: well within consumers.LossNotice.
 const watchPing = 200 * time.Millisecond
@@ -150,6 +157,10 @@ func (l *Limiter) tell(a Announcement, w Watcher) {
 	case AnnounceBreaker:
 		if bw, ok := w.(BreakerWatcher); ok {
 			bw.NoteBreaker(a.Provider, a.Breaker)
+		}
+	case AnnounceCancel:
+		if cw, ok := w.(CancelWatcher); ok {
+			cw.NoteCancel(a.Provider, a.ID)
 		}
 	}
 }

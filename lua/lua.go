@@ -29,6 +29,11 @@ var Margin string
 //go:embed sent.lua
 var Sent string
 
+// Cancel cancels a job: never admitted again, unless it has left already.
+//
+//go:embed cancel.lua
+var Cancel string
+
 // Land ends an in-flight lease and announces it.
 //
 //go:embed land.lua

@@ -28,7 +28,8 @@
 --                                                duplicate of it was let go on its slot; id.."\0p": the job
 --                                                holds its provider's breaker's probe (breaker.lua), score =
 --                                                the hold it was granted under: a pause no later than that
---                                                (the hold itself) does not hold its reserve. Score = until when
+--                                                (the hold itself) does not hold its reserve; id.."\0c": the
+--                                                job was cancelled (cancel.lua): never admitted again. Score = until when
 --                                                the mark matters (µs, Redis clock: as long as the record
 --                                                keeps the id); every write of a mark trims the marks past
 --                                                theirs, and the key expires after the latest
@@ -118,13 +119,14 @@
 --            decided), then the n jobs' replies in order, each its error reply, one element (a bad
 --            argument; the others go on), or 6 numbers: reserve's below but for now_us, with its flags
 --            and policy in the first, {allowed + 2 duplicate + 4 paused + 8 moved + 16 in_flight +
---            32 lease + 128 policy, delay_us, retry_after_us, remaining, admitted_us, reset_after_us}.
+--            32 lease + 128 cancelled + 256 policy, delay_us, retry_after_us, remaining, admitted_us,
+--            reset_after_us}. The jobs' cancel marks are read with one ZMSCORE of KEYS[3].
 --            Redis turns each table, and each number, of a reply into RESP at a cost of its own: hence
 --            one array, and 6 numbers a job rather than a table of 13 (BenchmarkReserveBatch measures
 --            it). A runtime error (none is known) writes nothing for any of them
 --
 -- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
---                  moved, reset_after_us, in_flight, lease} (the gate names each index):
+--                  moved, reset_after_us, in_flight, lease, cancelled} (the gate names each index):
 --   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed (but a warm-up begun)
 --   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
 --                   pause, or now, whichever is latest (denied beyond max wait). Let go, it is marked
@@ -147,6 +149,9 @@
 --                   usually ends sooner, announced by land.lua); nothing was spent
 --   lease           the lease the admission took: 0 none (no cap), 1 id.."\0"..now_us, 2 id.."\0d"..now_us
 --                   (a duplicate let go)
+--   cancelled       1: denied because the job was cancelled (cancel.lua's mark base.."\0c" in KEYS[3], base
+--                   the id before a retry's "\31<attempt>"), whatever the budget; nothing changed, and
+--                   retry_after_us is 0: it is never admitted while the mark stands
 -- release returns the number of the id's units that left the record (0: not there, at another slot, or
 --   marked in KEYS[3]: a duplicate was let go on it, or its request was sent)
 -- depart records that the request of an admission left late: the id's units move from its slot (ARGV[4])

@@ -12,12 +12,12 @@ local function deny(r)
 end
 -- reply returns the 13 numbers in a table of their own, or, in a batch, appends the job's 6 (see the
 -- header) to the call's reply (C.out, of C.nout values so far) and returns it.
-local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased)
+local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased, cancel)
   local reset = math.max(0, math.ceil(reset_after()))
-  in_flight, leased = in_flight or 0, leased or 0
+  in_flight, leased, cancel = in_flight or 0, leased or 0, cancel or 0
   local r, k = C.out, C.nout
-  if not r then return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, reset, in_flight, leased} end
-  r[k + 1] = allowed + 2 * dup + 4 * paused + 8 * moved + 16 * in_flight + 32 * leased + 128 * (index - 1)
+  if not r then return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, reset, in_flight, leased, cancel} end
+  r[k + 1] = allowed + 2 * dup + 4 * paused + 8 * moved + 16 * in_flight + 32 * leased + 128 * cancel + 256 * (index - 1)
   r[k + 2], r[k + 3], r[k + 4], r[k + 5], r[k + 6] = delay, retry, room, admitted, reset
   C.nout = k + 6
   return r
@@ -83,6 +83,11 @@ end
 -- the call's.
 local function reserve()
   kept = nwrites
+  if cancelled() then
+    -- Cancelled (`worker cancel`): never admitted, whatever the budget; nothing changes.
+    local room, index = algo.room(now)
+    return deny(reply(0, 0, 0, 0, room, index, 0, 0, 0, 0, 0, 1))
+  end
   local prev, marked = lookup()
   local max_wait, pause_until, tat = arg4, C.pause_until, C.tat
   if pause_until > now and tonumber(redis.call('ZSCORE', marks, id .. '\0p') or 0) >= pause_until then
@@ -306,6 +311,9 @@ local function batch(keys, argv)
         algo.load(true)
         prepare()
         C.got = redis.call('ZMSCORE', ids, unpack(names))
+        local cancels = {}
+        for j = 1, n do cancels[j] = cancel_mark(names[j]) end
+        C.cancels = redis.call('ZMSCORE', marks, unpack(cancels))
       end
       C.job = i
       local k = C.nout

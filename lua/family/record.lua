@@ -142,6 +142,18 @@ local function lookup()
   return prev, false
 end
 
+-- cancelled tells whether the job was cancelled (cancel.lua): its mark base.."\0c" in KEYS[3] stands, where
+-- base is the job's own id, the gate id before a retry's "\31<attempt>" (gate.GateID), so that a cancel
+-- reaches every attempt. A batch reads its jobs' marks in one ZMSCORE (C.cancels); a key with no such
+-- mark costs one lookup of a missing member.
+local function cancel_mark(gate_id) return string.match(gate_id, '^[^\31]*') .. '\0c' end
+local function cancelled()
+  local got
+  if C.cancels then got = C.cancels[C.job] else got = redis.call('ZSCORE', marks, cancel_mark(id)) end
+  got = tonumber(got or nil)
+  return got ~= nil and got >= now
+end
+
 -- The marks.
 
 -- mark queues a mark on the id (kind 's': sent, 'd': a duplicate let go), kept for ttl_us: at least as

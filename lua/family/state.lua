@@ -159,7 +159,7 @@ local function start()
   start_writes()
   seen_for = math.max(dedup, 60000000)
   newest_read, newest_value, kept, standing, reset_memo = false, nil, 0, 0, nil
-  C.got, C.job = nil, 0
+  C.got, C.cancels, C.job = nil, nil, 0
   if next(C.ttl) ~= nil then C.ttl = {} end
   if C.nrec > 4096 then C.rec = {} end -- a big batch's: not kept for ever
   C.nrec, C.admitted, C.last, C.pause_until, C.tat, C.first_lease, C.renew_flight = 0, false, 0, 0, 0, nil, false

@@ -1,0 +1,138 @@
+package gate_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/paygate/paygate/gate"
+)
+
+var cancelOpts = gate.CancelOptions{Keep: time.Minute, Attempts: 3, Notice: 200 * time.Millisecond}
+
+// A cancel of a job the gate has not admitted stands before every later reserve of it, alone or batched,
+// of any of its attempts, under every algorithm; other jobs go on, and a second cancel says it stood.
+func TestCancelQueued(t *testing.T) {
+	eachAlgorithm(t, family, func(t *testing.T, rdb redis.UniversalClient, algo gate.Algorithm) {
+		ctx := context.Background()
+		for _, batch := range []int{0, 4} {
+			l := newAlgoOpts(t, rdb, gate.Options{Batch: batch}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(100, time.Second)}})
+			c, err := l.Cancel(ctx, prov, "pay 1", cancelOpts)
+			if err != nil || c.State != gate.CancelQueued || !c.Slot.IsZero() {
+				t.Fatalf("batch %d: cancel of a queued job: %+v %v", batch, c, err)
+			}
+			for _, gid := range []string{"pay 1", "pay 1\x1f1", "pay 1\x1f7"} {
+				v := mustReserve(t, l, gid, 1, time.Second)
+				if v.Allowed || !v.Cancelled || v.Duplicate {
+					t.Errorf("batch %d: reserve of %q after its cancel: %+v, want denied as cancelled", batch, gid, v)
+				}
+			}
+			if v := mustReserve(t, l, "pay 2", 1, time.Second); !v.Allowed || v.Cancelled {
+				t.Errorf("batch %d: another job: %+v, want admitted", batch, v)
+			}
+			if c, err := l.Cancel(ctx, prov, "pay 1", cancelOpts); err != nil || c.State != gate.CancelAlready {
+				t.Errorf("batch %d: second cancel: %+v %v, want already cancelled", batch, c, err)
+			}
+		}
+	})
+}
+
+// A job admitted for a slot now or past has left (or is leaving): the cancel says so, with the slot, and
+// changes nothing: its redelivery is a duplicate as before.
+func TestCancelLeft(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newLimiter(t, rdb, 0, pol(10, time.Second))
+		v := mustReserve(t, l, "sent", 1, time.Second)
+		if !v.Allowed || v.Delay != 0 {
+			t.Fatalf("%+v", v)
+		}
+		c, err := l.Cancel(ctx, prov, "sent", cancelOpts)
+		if err != nil || c.State != gate.CancelLeft || !c.Slot.Equal(v.Slot()) {
+			t.Fatalf("cancel of a job sent at %s: %+v %v, want left at its slot", v.Slot(), c, err)
+		}
+		if again := mustReserve(t, l, "sent", 1, time.Second); !again.Allowed || !again.Duplicate || again.Cancelled {
+			t.Errorf("redelivery after a cancel that found it left: %+v, want a duplicate", again)
+		}
+	})
+}
+
+// A job admitted for a slot ahead is announced; when its holder gives the slot up (released), the cancel
+// stands (given up) and the job's next reserve is denied. When nobody gives it up, the cancel waits until
+// the slot plus the notice, lifts its mark and says the job left at its slot.
+func TestCancelAhead(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		prefix := uniquePrefix(t)
+		l, err := gate.New(rdb, gate.Options{Prefix: prefix, Providers: map[string]gate.Provider{prov: {Policies: []gate.Policy{pol(1, 400*time.Millisecond)}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &cancelHolder{l: l, release: map[string]time.Time{}, heard: make(chan string, 4)}
+		go func() { _ = l.Watch(ctx, rdb, w) }()
+		time.Sleep(100 * time.Millisecond) // subscribed
+
+		mustReserve(t, l, "first", 1, time.Second)
+		ahead := mustReserve(t, l, "held", 1, time.Second)
+		if !ahead.Allowed || ahead.Delay < 200*time.Millisecond {
+			t.Fatalf("want a slot ahead: %+v", ahead)
+		}
+		w.hold("held", ahead.Slot())
+		c, err := l.Cancel(ctx, prov, "held", cancelOpts)
+		if err != nil || c.State != gate.CancelGivenUp || !c.Slot.Equal(ahead.Slot()) {
+			t.Fatalf("cancel of a slot ahead whose holder gives it up: %+v %v", c, err)
+		}
+		if got := <-w.heard; got != "held" {
+			t.Errorf("announced %q, want held", got)
+		}
+		if v := mustReserve(t, l, "held", 1, 2*time.Second); v.Allowed || !v.Cancelled {
+			t.Errorf("reserve after the slot was given up: %+v, want cancelled", v)
+		}
+
+		kept := mustReserve(t, l, "kept", 1, 2*time.Second) // nobody gives this one up
+		if !kept.Allowed || kept.Delay <= 0 {
+			t.Fatalf("want a slot ahead: %+v", kept)
+		}
+		began := time.Now()
+		c, err = l.Cancel(ctx, prov, "kept", cancelOpts)
+		if err != nil || c.State != gate.CancelLeft || !c.Slot.Equal(kept.Slot()) {
+			t.Fatalf("cancel of a slot ahead nobody gives up: %+v %v, want left at %s", c, err, kept.Slot())
+		}
+		if waited := time.Since(began); waited < kept.Delay {
+			t.Errorf("decided after %s, before the slot %s ahead had passed", waited, kept.Delay)
+		}
+		if v := mustReserve(t, l, "kept", 1, 2*time.Second); !v.Allowed || !v.Duplicate {
+			t.Errorf("redelivery of a job that left: %+v, want a duplicate (the cancel lifted)", v)
+		}
+	})
+}
+
+// cancelHolder is a worker holding slots: told of a cancel of one it holds, it gives it up.
+type cancelHolder struct {
+	l       *gate.Limiter
+	mu      sync.Mutex
+	release map[string]time.Time // the slots held, by id
+	heard   chan string
+}
+
+func (h *cancelHolder) hold(id string, slot time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.release[id] = slot
+}
+func (h *cancelHolder) NotePause(string, time.Time) {}
+func (h *cancelHolder) NoteLoss(string, time.Time)  {}
+func (h *cancelHolder) NoteDisconnect(time.Time)    {}
+func (h *cancelHolder) NoteCancel(provider, id string) {
+	h.mu.Lock()
+	slot, ok := h.release[id]
+	h.mu.Unlock()
+	if ok {
+		go func() { _, _ = h.l.Release(context.Background(), provider, id, 1, slot) }()
+	}
+	h.heard <- id
+}

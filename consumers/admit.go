@@ -91,7 +91,7 @@ func (w *Worker) admit(ctx context.Context, s *settlement, a *admission) bool {
 // lease ends, or after RetryAfter (waitDenied).
 func (w *Worker) reserve(ctx context.Context, s *settlement, a *admission) bool {
 	err := w.ask(ctx, a)
-	for err == nil && !a.verdict.Allowed && a.denied+a.verdict.RetryAfter <= w.cfg.MaxInlineWait {
+	for err == nil && !a.verdict.Allowed && !a.verdict.Cancelled && a.denied+a.verdict.RetryAfter <= w.cfg.MaxInlineWait {
 		w.metrics.decided(a.provider, DecisionDenied)
 		began := w.now()
 		if !w.waitDenied(ctx, a.provider, a.verdict) {
@@ -152,6 +152,11 @@ func (w *Worker) admitted(ctx context.Context, s *settlement, a *admission, err 
 		// Fail closed: without the gate nothing is dispatched.
 		w.metrics.decided(a.provider, DecisionError)
 		w.gateUnreachable(ctx, s, err)
+		return false
+	case v.Cancelled:
+		w.outage.answered()
+		w.metrics.decided(a.provider, DecisionCancelled)
+		s.cancelled(ctx)
 		return false
 	case !v.Allowed:
 		w.outage.answered()

@@ -226,6 +226,7 @@ type Worker struct {
 	settling    sync.WaitGroup
 	settleSlots chan struct{}
 	signals     *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
+	cancels     cancelNotes          // the cancels told to this process (NoteCancel)
 	id          string               // this worker, to the gate's margin
 	late        map[string]*lateness // each provider's recent wake-ups, for ReportLateness
 	breakers    *breakers            // the providers' breakers, as this worker knows them (UseBreaker; nil: none)

@@ -26,6 +26,7 @@ const (
 	DecisionWouldDeny      Decision = "would_deny"     // shadow mode: an enforcing worker would have deferred the job
 	DecisionBreakerOpen    Decision = "breaker_open"   // the provider's breaker held the job: waited in-process, or deferred (breaker.go)
 	DecisionProbe          Decision = "probe"          // the job took the provider's breaker's probe: it goes through the breaker's hold
+	DecisionCancelled      Decision = "cancelled"      // the job was cancelled: denied by the gate, or its slot given up when told
 )
 
 // Outcome is how a delivery was settled: the outcome label of paygate_jobs_total and
@@ -54,5 +55,6 @@ const (
 	OutcomeUnacknowledged Outcome = "unacknowledged" // an admission or a move not on enough replicas: deferred
 	OutcomeRequeued       Outcome = "requeued"       // shutting down: handed back to the queue untouched
 	OutcomeBreakerOpen    Outcome = "breaker_open"   // the provider's breaker is open: deferred until its probe (not an attempt)
+	OutcomeCancelled      Outcome = "cancelled"      // cancelled (worker cancel): acked, never sent
 	OutcomeProbeFailed    Outcome = "probe_failed"   // the job was the breaker's probe and failed: deferred until the next probe (not an attempt)
 )

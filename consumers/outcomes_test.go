@@ -367,6 +367,28 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("sent %v after the void slot's answer: it slept on the slot instead of waking", slept)
 				}
 			}},
+		// cancelled -> acked, never sent (worker cancel)
+		{name: "cancelled at the gate: acked as cancelled, never sent",
+			gate:  []answer{{v: gate.Verdict{Cancelled: true}}},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 0}},
+		{name: "cancelled while it slept on its slot (NoteCancel): woken, given back, asked again, acked as cancelled",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Minute}, during: func(w *consumers.Worker, _ gate.Verdict) {
+				go func() { time.Sleep(20 * time.Millisecond); w.NoteCancel("acme", "pay-1") }()
+			}}, {v: gate.Verdict{Cancelled: true}}},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 2, release: 1, dispatch: 0},
+			check: func(t *testing.T, g *fakeGate, _ *fakeProvider) {
+				if g.released[0].slot != g.reserved[0].v.Slot() {
+					t.Errorf("released slot %v, want the cancelled one %v", g.released[0].slot, g.reserved[0].v.Slot())
+				}
+			}},
+		{name: "a cancel of another job leaves the slot standing",
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 60 * time.Millisecond}, during: func(w *consumers.Worker, _ gate.Verdict) {
+				go func() { time.Sleep(10 * time.Millisecond); w.NoteCancel("acme", "pay-2") }()
+			}}},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 1}},
 		{name: "a merchant's job: its merchant is asked for, and given back with a void slot",
 			body:  []byte(`{"id":"pay-1","provider":"acme","amount":1,"currency":"EUR","cost":2,"merchant":"acct_1AbC"}`),
 			gate:  []answer{relimited(), allow(0)},

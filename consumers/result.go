@@ -24,6 +24,7 @@ const (
 	ResultSucceeded = "succeeded"
 	ResultDeclined  = "declined"
 	ResultDead      = "dead"
+	ResultCancelled = "cancelled"
 )
 
 // Result is the body of a result message (docs/results.md): JSON, its keys a public contract.

@@ -26,6 +26,9 @@ const (
 	// slotRelimited: the provider's live limits changed while the job slept on a slot decided under the
 	// old ones. Sent, it could put the provider over the new limits.
 	slotRelimited
+	// slotCancelled: the job was cancelled while it held the slot (NoteCancel). Not sent: given up and
+	// asked again, it is denied as cancelled.
+	slotCancelled
 )
 
 // sleepOnSlot sleeps until the admission's slot, or until the provider's live limits change to ones the
@@ -42,6 +45,8 @@ func (w *Worker) sleepOnSlot(ctx context.Context, a *admission) bool {
 	}
 	t := time.NewTimer(v.Delay)
 	defer t.Stop()
+	cancelled, leave := w.cancels.sleep(a.provider, jobIDOf(a.gateID))
+	defer leave()
 	for {
 		changed, next := w.signals.nextLimits(a.provider, v.Now)
 		if changed {
@@ -51,6 +56,8 @@ func (w *Worker) sleepOnSlot(ctx context.Context, a *admission) bool {
 		case <-t.C:
 			return true
 		case <-next: // a change: void for this slot only if it was decided before it (asked above)
+		case <-cancelled: // given up (wake)
+			return ctx.Err() == nil
 		case <-ctx.Done():
 			return false
 		}
@@ -84,6 +91,8 @@ func (w *Worker) wake(a *admission) slotState {
 		}
 	}
 	switch {
+	case w.cancels.take(a.provider, jobIDOf(a.gateID)):
+		return slotCancelled
 	case lost:
 		return slotLost
 	case relimited:
@@ -122,6 +131,8 @@ func (w *Worker) giveUp(ctx context.Context, s *settlement, a *admission, state 
 		w.metrics.decided(a.provider, DecisionLost)
 	case slotRelimited:
 		w.metrics.decided(a.provider, DecisionRelimited)
+	case slotCancelled:
+		w.metrics.decided(a.provider, DecisionCancelled)
 	default:
 		w.metrics.decided(a.provider, DecisionLate)
 	}
@@ -132,7 +143,7 @@ func (w *Worker) giveUp(ctx context.Context, s *settlement, a *admission, state 
 		}
 	}
 	w.land(ctx, a) // given up: asking again takes a lease of its own
-	if try < MaxLateTries {
+	if try < MaxLateTries || state == slotCancelled { // a cancel's next reserve is its end
 		return true
 	}
 	switch state {

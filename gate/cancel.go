@@ -67,6 +67,8 @@ type CancelOptions struct {
 	Notice time.Duration
 	// Poll is how often the admission is looked for while its holder is told (default 20ms).
 	Poll time.Duration
+	// Reason is the operator's, kept while the cancel stands (CancelReason); "" for none.
+	Reason string
 }
 
 // Cancel cancels jobID of a provider, one step in Redis where admissions are decided: from its return on,
@@ -92,8 +94,8 @@ func (l *Limiter) Cancel(ctx context.Context, providerName, jobID string, opts C
 	if opts.Poll <= 0 {
 		opts.Poll = 20 * time.Millisecond
 	}
-	keys := []string{p.keys.ids, p.keys.marks}
-	c, err := l.cancelStep(ctx, keys, "cancel", jobID, opts.Attempts, p.dedup, micros(opts.Keep), l.channel, providerName)
+	keys := []string{p.keys.ids, p.keys.marks, p.keys.cancels}
+	c, err := l.cancelStep(ctx, keys, "cancel", jobID, opts.Attempts, p.dedup, micros(opts.Keep), l.channel, providerName, opts.Reason)
 	if err != nil || c.State != CancelGivenUp {
 		return c, err
 	}
@@ -106,7 +108,7 @@ func (l *Limiter) Cancel(ctx context.Context, providerName, jobID string, opts C
 			return Cancellation{}, ctx.Err()
 		case <-time.After(opts.Poll):
 		}
-		held, err := l.cancelStep(ctx, keys, "peek", jobID, opts.Attempts, p.dedup, 0, "", "")
+		held, err := l.cancelStep(ctx, keys, "peek", jobID, opts.Attempts, p.dedup, 0, "", "", "")
 		if err != nil {
 			return Cancellation{}, err
 		}
@@ -114,7 +116,7 @@ func (l *Limiter) Cancel(ctx context.Context, providerName, jobID string, opts C
 			break
 		}
 	}
-	settled, err := l.cancelStep(ctx, keys, "settle", jobID, opts.Attempts, p.dedup, 0, "", "")
+	settled, err := l.cancelStep(ctx, keys, "settle", jobID, opts.Attempts, p.dedup, 0, "", "", "")
 	if err != nil {
 		return Cancellation{}, err
 	}
@@ -125,8 +127,8 @@ func (l *Limiter) Cancel(ctx context.Context, providerName, jobID string, opts C
 }
 
 // cancelStep runs one op of cancel.lua; its state 2 reads as CancelGivenUp (admitted for a slot ahead).
-func (l *Limiter) cancelStep(ctx context.Context, keys []string, op, jobID string, attempts int, dedup, keep int64, channel, providerName string) (Cancellation, error) {
-	r, err := cancelScript.Run(ctx, l.rdb, keys, op, jobID, attempts, dedup, keep, channel, providerName).Int64Slice()
+func (l *Limiter) cancelStep(ctx context.Context, keys []string, op, jobID string, attempts int, dedup, keep int64, channel, providerName, reason string) (Cancellation, error) {
+	r, err := cancelScript.Run(ctx, l.rdb, keys, op, jobID, attempts, dedup, keep, channel, providerName, reason).Int64Slice()
 	if err != nil {
 		return Cancellation{}, fmt.Errorf("gate: cancel %s: %w", jobID, err)
 	}
@@ -138,4 +140,116 @@ func (l *Limiter) cancelStep(ctx context.Context, keys []string, op, jobID strin
 		c.Slot = time.UnixMicro(r[1])
 	}
 	return c, nil
+}
+
+// CancelReason is the reason a standing cancel of jobID was given ("" for none, or when no cancel stands).
+func (l *Limiter) CancelReason(ctx context.Context, providerName, jobID string) (string, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return "", err
+	}
+	got, err := cancelScript.Run(ctx, l.rdb, []string{p.keys.ids, p.keys.marks, p.keys.cancels}, "reason", jobIDOf(jobID), 1, p.dedup, 0, "", "", "").Text()
+	if err != nil {
+		return "", fmt.Errorf("gate: cancel reason %s/%s: %w", providerName, jobID, err)
+	}
+	return got, nil
+}
+
+// jobIDOf is a job's own id in a gate id (a retry's carries "\x1f<attempt>").
+func jobIDOf(gateID string) string {
+	id, _, _ := strings.Cut(gateID, "\x1f")
+	return id
+}
+
+// JobState is what the gate holds of a job (Limiter.Job): its admissions, marks, cancel and leases.
+type JobState struct {
+	Now time.Time // the Redis clock as it was read
+	// Attempts are the job's gate ids looked for (its own, then its retries'), each as the gate holds it.
+	Attempts []AttemptState
+	// Cancelled is until when a cancel of the job stands (zero: none); Reason the cancel's.
+	Cancelled time.Time
+	Reason    string
+	// Leases are the in-flight leases standing for any of its gate ids: member, and when it lapses.
+	Leases []Lease
+}
+
+// AttemptState is one gate id of a job as the gate holds it; zero times where it holds nothing.
+type AttemptState struct {
+	GateID string
+	// Slot is its admission in the id record (the record keeps it until the slot plus the provider's dedup).
+	Slot time.Time
+	// Sent, Duplicate and Probe are until when its marks stand: its request accepted though not settled
+	// (Limiter.Sent), a duplicate of it let go on its slot, the breaker's probe taken.
+	Sent, Duplicate, Probe time.Time
+}
+
+// Lease is a standing in-flight lease of a job.
+type Lease struct {
+	Member string
+	Lapses time.Time
+}
+
+// Job reads what the gate holds of jobID (its own id) and its first attempts-1 retries, in one step that
+// writes nothing.
+func (l *Limiter) Job(ctx context.Context, providerName, jobID string, attempts int) (JobState, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return JobState{}, err
+	}
+	if err := checkID(jobID); err != nil {
+		return JobState{}, err
+	}
+	attempts = max(attempts, 1)
+	keys := []string{p.keys.ids, p.keys.marks, p.keys.cancels, p.keys.flight}
+	raw, err := cancelScript.Run(ctx, l.rdb, keys, "show", jobID, attempts, p.dedup, 0, "", "", "").Slice()
+	if err != nil {
+		return JobState{}, fmt.Errorf("gate: job %s/%s: %w", providerName, jobID, err)
+	}
+	bad := func() (JobState, error) {
+		return JobState{}, fmt.Errorf("gate: job %s/%s: malformed reply %v", providerName, jobID, raw)
+	}
+	num := func(i int) (int64, bool) {
+		v, ok := raw[i].(int64)
+		return v, ok
+	}
+	us := func(v int64) time.Time {
+		if v <= 0 {
+			return time.Time{}
+		}
+		return time.UnixMicro(v)
+	}
+	if len(raw) < 4 {
+		return bad()
+	}
+	now, ok1 := num(0)
+	until, ok2 := num(1)
+	reason, ok3 := raw[2].(string)
+	n, ok4 := num(3)
+	if !ok1 || !ok2 || !ok3 || !ok4 || n != int64(attempts) || len(raw) < 4+4*attempts || (len(raw)-4-4*attempts)%2 != 0 {
+		return bad()
+	}
+	st := JobState{Now: us(now), Cancelled: us(until), Reason: reason}
+	for k := range attempts {
+		var v [4]int64
+		for j := range v {
+			var ok bool
+			if v[j], ok = num(4 + 4*k + j); !ok {
+				return bad()
+			}
+		}
+		gid := jobID
+		if k > 0 {
+			gid += "\x1f" + strconv.Itoa(k)
+		}
+		st.Attempts = append(st.Attempts, AttemptState{GateID: gid, Slot: us(v[0]), Sent: us(v[1]), Duplicate: us(v[2]), Probe: us(v[3])})
+	}
+	for i := 4 + 4*attempts; i < len(raw); i += 2 {
+		member, ok := raw[i].(string)
+		lapse, ok2 := num(i + 1)
+		if !ok || !ok2 {
+			return bad()
+		}
+		st.Leases = append(st.Leases, Lease{Member: member, Lapses: us(lapse)})
+	}
+	return st, nil
 }

@@ -20,9 +20,17 @@ func TestCancelQueued(t *testing.T) {
 		ctx := context.Background()
 		for _, batch := range []int{0, 4} {
 			l := newAlgoOpts(t, rdb, gate.Options{Batch: batch}, gate.Provider{Algorithm: algo, Policies: []gate.Policy{pol(100, time.Second)}})
-			c, err := l.Cancel(ctx, prov, "pay 1", cancelOpts)
+			opts := cancelOpts
+			opts.Reason = "merchant asked: ticket 7"
+			c, err := l.Cancel(ctx, prov, "pay 1", opts)
 			if err != nil || c.State != gate.CancelQueued || !c.Slot.IsZero() {
 				t.Fatalf("batch %d: cancel of a queued job: %+v %v", batch, c, err)
+			}
+			if why, err := l.CancelReason(ctx, prov, "pay 1\x1f2"); err != nil || why != opts.Reason {
+				t.Errorf("batch %d: reason %q %v, want %q", batch, why, err, opts.Reason)
+			}
+			if why, err := l.CancelReason(ctx, prov, "pay 2"); err != nil || why != "" {
+				t.Errorf("batch %d: reason of a job not cancelled: %q %v", batch, why, err)
 			}
 			for _, gid := range []string{"pay 1", "pay 1\x1f1", "pay 1\x1f7"} {
 				v := mustReserve(t, l, gid, 1, time.Second)
@@ -135,4 +143,38 @@ func (h *cancelHolder) NoteCancel(provider, id string) {
 		go func() { _, _ = h.l.Release(context.Background(), provider, id, 1, slot) }()
 	}
 	h.heard <- id
+}
+
+// Job reads what the gate holds of a job, each attempt apart: admissions, marks, leases and a cancel.
+func TestJobShow(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newAlgoOpts(t, rdb, gate.Options{}, gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}, MaxInFlight: 5, Lease: 5 * time.Second})
+		if st, err := l.Job(ctx, prov, "pay-9", 3); err != nil || len(st.Attempts) != 3 || !st.Attempts[0].Slot.IsZero() || len(st.Leases) != 0 || !st.Cancelled.IsZero() {
+			t.Fatalf("a job never seen: %+v %v", st, err)
+		}
+		first := mustReserve(t, l, "pay-9", 1, time.Second)
+		retry := mustReserve(t, l, "pay-9\x1f2", 1, time.Second)
+		if err := l.Sent(ctx, prov, "pay-9"); err != nil {
+			t.Fatal(err)
+		}
+		mustReserve(t, l, "pay-9", 1, time.Second) // a duplicate let go: marked
+		st, err := l.Job(ctx, prov, "pay-9", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := st.Attempts
+		if !a[0].Slot.Equal(first.Slot()) || a[0].Sent.IsZero() || !a[1].Slot.IsZero() || !a[2].Slot.Equal(retry.Slot()) || !a[2].Sent.IsZero() {
+			t.Errorf("attempts %+v, want the first admitted and marked sent, the retry 2 admitted", a)
+		}
+		if len(st.Leases) != 3 {
+			t.Errorf("leases %+v, want the first's, its duplicate's and the retry's", st.Leases)
+		}
+		if c, err := l.Cancel(ctx, prov, "pay-10", gate.CancelOptions{Keep: time.Minute, Attempts: 1, Reason: "fraud flag"}); err != nil || c.State != gate.CancelQueued {
+			t.Fatalf("%+v %v", c, err)
+		}
+		if st, err := l.Job(ctx, prov, "pay-10", 1); err != nil || st.Cancelled.Before(st.Now.Add(59*time.Second)) || st.Reason != "fraud flag" {
+			t.Errorf("a cancelled job: %+v %v", st, err)
+		}
+	})
 }

@@ -47,6 +47,8 @@ commands:
   dashboard      serve a live page of every provider's budget, read from Redis (--listen 127.0.0.1:8080)
   results        print the jobs' results as they arrive (--follow keeps on; --json prints each body)
   dead           list, replay or purge a provider's dead letters (replay: paced, copies confirmed first)
+  cancel         cancel a job (--provider --id): no worker sends it from the command's return (exit 3: it left)
+  job show       what the gate knows of a job (--provider --id): admitted, sent, cancelled, leases
   limits         set, show or reset a provider's live limits (in force fleet-wide when it returns)
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
 
@@ -131,6 +133,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return resultsCmd(ctx, rest, stdout, stderr)
 	case "dead":
 		return deadCmd(ctx, rest, stdout, stderr)
+	case "cancel":
+		return cancelCmd(ctx, rest, stdout, stderr)
+	case "job":
+		return jobCmd(ctx, rest, stdout, stderr)
 	case "run":
 		return runWorker(ctx, rest, stdout, stderr)
 	case "enqueue":

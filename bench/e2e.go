@@ -99,14 +99,21 @@ func defaultsShape(d *config.Config) e2eShape {
 // speed changes by a third over minutes here) weighs on the gate and its baseline alike.
 const e2eRounds = 5
 
-// e2eSetting is one run's: the gate's batch (0: no gate) and whether results are published.
+// e2eSetting is one run's: the gate's batch (0: no gate), whether results are published, and the most
+// calls on their way at once (gate.batch_calls; 0: config's default).
 type e2eSetting struct {
 	batch   int
 	results bool
+	calls   int
 }
 
-// e2eSettings are the runs of each round, in order: no gate, one job a call, batched, batched with results.
-var e2eSettings = []e2eSetting{{0, false}, {1, false}, {config.Default().Gate.Batch, false}, {config.Default().Gate.Batch, true}}
+// e2eSettings are the runs of each round, in order: no gate, one job a call, batched, batched with results,
+// and batched with up to e2eCalls calls on their way at once (gate.batch_calls).
+var e2eSettings = []e2eSetting{{0, false, 0}, {1, false, 0}, {config.Default().Gate.Batch, false, 0}, {config.Default().Gate.Batch, true, 0},
+	{config.Default().Gate.Batch, false, e2eCalls}}
+
+// e2eCalls is gate.batch_calls in the last run of each round.
+const e2eCalls = 4
 
 func runE2E(ctx context.Context, redisAddr, amqpURL string, jobs int, shape e2eShape) ([]e2eResult, error) {
 	var out []e2eResult
@@ -208,6 +215,9 @@ func e2eOne(ctx context.Context, kind, redisAddr, amqpURL string, workers int, s
 	cfg := e2eConfig(kind, name, redisAddr, ref.URL()+"/pay", brokers, shape)
 	cfg.Gate.Batch = max(batch, 1)
 	cfg.Results.Enabled = set.results
+	if set.calls > 0 {
+		cfg.Gate.BatchCalls = set.calls
+	}
 	var calls, moves atomic.Int64
 	o := wire.Options{Secret: func(string) string { return amqpURL }}
 	if kind == "rabbitmq" {

@@ -63,13 +63,13 @@ func accuracyTable(b *strings.Builder, rs []accuracyResult) {
 }
 
 func e2eTable(b *strings.Builder, rs []e2eResult) {
-	fmt.Fprintln(b, "| broker | workers | jobs/s, no gate | jobs/s, gate, one job a call | gate's cost | jobs/s, gate, batched | gate's cost | gate calls per job, batched | of them, the lateness guard's | jobs/s, batched, results on | results' cost |")
-	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|---|")
-	for i := 0; i+3 < len(rs); i += len(e2eSettings) {
-		off, one, many, res := rs[i], rs[i+1], rs[i+2], rs[i+3]
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.1f%% | %.0f | %.1f%% | %.2f | %.3f | %.0f | %.1f%% |\n", off.broker, off.workers, off.perSec,
+	fmt.Fprintf(b, "| broker | workers | jobs/s, no gate | jobs/s, gate, one job a call | gate's cost | jobs/s, gate, batched | gate's cost | gate calls per job, batched | of them, the lateness guard's | jobs/s, batched, up to %d calls on their way | gate's cost | its calls per job | jobs/s, batched, results on | results' cost |\n", e2eCalls)
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for i := 0; i+4 < len(rs); i += len(e2eSettings) {
+		off, one, many, res, serial := rs[i], rs[i+1], rs[i+2], rs[i+3], rs[i+4]
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.1f%% | %.0f | %.1f%% | %.2f | %.3f | %.0f | %.1f%% | %.2f | %.0f | %.1f%% |\n", off.broker, off.workers, off.perSec,
 			one.perSec, 100*one.cost, many.perSec, 100*many.cost, float64(many.calls)/float64(many.jobs), float64(many.moves)/float64(many.jobs),
-			res.perSec, 100*res.cost)
+			serial.perSec, 100*serial.cost, float64(serial.calls)/float64(serial.jobs), res.perSec, 100*res.cost)
 	}
 }
 
@@ -96,13 +96,13 @@ func e2eGoals(b *strings.Builder, rs []e2eResult) {
 
 // e2eCPUTable is the CPU each job took, by side (the runs of e2eTable).
 func e2eCPUTable(b *strings.Builder, rs []e2eResult) {
-	fmt.Fprintln(b, "| broker | workers | Redis, one job a call | Redis, batched | this process, no gate | this process, one job a call | this process, batched |")
-	fmt.Fprintln(b, "|---|---|---|---|---|---|---|")
+	fmt.Fprintf(b, "| broker | workers | Redis, one job a call | Redis, batched | Redis, batched, up to %[1]d calls on their way | this process, no gate | this process, one job a call | this process, batched | this process, batched, up to %[1]d calls on their way |\n", e2eCalls)
+	fmt.Fprintln(b, "|---|---|---|---|---|---|---|---|---|")
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond)) }
-	for i := 0; i+3 < len(rs); i += len(e2eSettings) {
-		off, one, many := rs[i], rs[i+1], rs[i+2]
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", off.broker, off.workers, us(one.redisCPU), us(many.redisCPU),
-			us(off.ownCPU), us(one.ownCPU), us(many.ownCPU))
+	for i := 0; i+4 < len(rs); i += len(e2eSettings) {
+		off, one, many, serial := rs[i], rs[i+1], rs[i+2], rs[i+4]
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", off.broker, off.workers, us(one.redisCPU), us(many.redisCPU), us(serial.redisCPU),
+			us(off.ownCPU), us(one.ownCPU), us(many.ownCPU), us(serial.ownCPU))
 	}
 }
 

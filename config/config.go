@@ -90,6 +90,9 @@ type Gate struct {
 	// BatchLinger is how long a reserve that finds no call on its way waits for others of its provider
 	// before its call goes (gate.Options.BatchLinger); 0: at once.
 	BatchLinger time.Duration `mapstructure:"batch_linger"`
+	// BatchCalls is the most calls of one provider a worker has on their way at once
+	// (gate.Options.BatchCalls).
+	BatchCalls int `mapstructure:"batch_calls"`
 }
 
 // Broker selects and configures the job queue.
@@ -397,6 +400,7 @@ var defaults = map[string]any{
 	"gate.warmup_max":                  "1m",
 	"gate.batch":                       32,
 	"gate.batch_linger":                "0s",
+	"gate.batch_calls":                 gate.DefaultBatchCalls,
 	"broker.kind":                      "rabbitmq",
 	"broker.rabbitmq.url_env":          "PAYGATE_AMQP_URL",
 	"broker.rabbitmq.exchange":         "payments",

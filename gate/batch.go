@@ -8,18 +8,23 @@ import (
 	"time"
 )
 
-// batcher gathers one provider's reserves (under one set of limits) while a call for that provider is on
-// its way, and sends them together as the next call (lua/family's op 'batch'): under load a call decides
-// many jobs, and a job that finds nothing on its way goes at once, alone, or after the linger, with those
-// that came meanwhile. Each job gets the verdict its own call would have had, in the order the jobs
-// arrived.
+// batcher gathers one provider's reserves (under one set of limits) and sends them together (lua/family's
+// op 'batch'): under load a call decides many jobs, and a job that finds nothing gathering goes at once,
+// alone, or after the linger, with those that came meanwhile. Up to calls calls of the provider are on
+// their way at once: one drain gathers the queue while the others' calls are on their way, and its call
+// goes beside theirs, so that a job waits for a round trip of its own rather than for the call before it
+// as well. Redis runs each call whole, one after another, first come first served, as it does the calls
+// of several workers. Each job gets the verdict its own call would have had, in the order the jobs
+// arrived at Redis.
 type batcher struct {
 	max     int
+	calls   int                                  // the most calls on their way at once (Options.BatchCalls)
 	linger  time.Duration                        // Options.BatchLinger
 	after   func(time.Duration) <-chan time.Time // the linger's clock: time.After (tests set their own)
 	full    chan struct{}                        // a linger ends early: max jobs are queued
 	mu      sync.Mutex
-	running bool // a call is on its way, or about to be: later jobs queue for the next one
+	gather  bool // a drain holds the queue (lingers, or is about to take it): later jobs queue for its call
+	calling int  // the calls on their way
 	queue   []*pending
 }
 
@@ -39,8 +44,7 @@ func (l *Limiter) batched(ctx context.Context, p provider, providerName string, 
 	b := p.batch
 	b.mu.Lock()
 	b.queue = append(b.queue, job)
-	lead := !b.running
-	b.running = true
+	lead := b.lead()
 	if b.linger > 0 && len(b.queue) >= b.max {
 		select {
 		case b.full <- struct{}{}:
@@ -68,16 +72,28 @@ func (l *Limiter) batched(ctx context.Context, p provider, providerName string, 
 	}
 }
 
-// drain sends the calls while jobs are queued: each the queue's first jobs, in order, up to max and up to
-// the first asked under another margin than the head's, once the head has waited the linger (a head that
-// queued behind a call on its way has waited that long already, as a rule).
+// lead tells, under b.mu with jobs queued, whether a new drain is to gather them: none gathers, and a call
+// more may go. It then counts that drain as gathering.
+func (b *batcher) lead() bool {
+	if b.gather || b.calling >= b.calls {
+		return false
+	}
+	b.gather = true
+	return true
+}
+
+// drain gathers the queue and sends it, call after call while jobs wait and no other drain gathers them:
+// each call the queue's first jobs, in order, up to max and up to the first asked under another margin
+// than the head's, once the head has waited the linger (a head that queued behind a call on its way has
+// waited that long already, as a rule). Once it has taken its jobs, another drain may gather the rest
+// while its call is on its way.
 func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 	b := p.batch
 	lingered := false // this call's linger is over
 	for {
 		b.mu.Lock()
-		if len(b.queue) == 0 { // every job queued gave up (batched)
-			b.running = false
+		if len(b.queue) == 0 { // every job queued gave up (batched), or another drain took them
+			b.gather = false
 			b.mu.Unlock()
 			return
 		}
@@ -97,9 +113,22 @@ func (l *Limiter) drain(ctx context.Context, p provider, providerName string) {
 		}
 		take := slices.Clone(b.queue[:n])
 		b.queue = slices.Delete(b.queue, 0, n)
+		b.gather, b.calling = false, b.calling+1
+		more := len(b.queue) > 0 && b.lead() // what is left gathers beside this call
 		b.mu.Unlock()
+		if more {
+			go l.drain(ctx, p, providerName)
+		}
 
 		l.decideAll(ctx, p, providerName, margin, take)
+
+		b.mu.Lock()
+		b.calling--
+		again := len(b.queue) > 0 && b.lead() // what queued while every call was on its way
+		b.mu.Unlock()
+		if !again {
+			return
+		}
 	}
 }
 

@@ -196,7 +196,7 @@ func TestBatchedCallerGivesUp(t *testing.T) {
 	defer c.Close()
 	var slow atomic.Bool
 	c.AddHook(slowScripts{&slow})
-	l := newAlgoOpts(t, c, gate.Options{Batch: 8}, gate.Provider{Policies: []gate.Policy{pol(10, time.Hour)}})
+	l := newAlgoOpts(t, c, gate.Options{Batch: 8, BatchCalls: 1}, gate.Provider{Policies: []gate.Policy{pol(10, time.Hour)}})
 	mustReserve(t, l, "warm", 1, 0) // loaded
 	slow.Store(true)
 	lead := make(chan error, 1)
@@ -215,6 +215,75 @@ func TestBatchedCallerGivesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	askedAgain(t, l, mustReserve(t, l, "quitter", 1, 0), 3, "warm, lead, quitter once")
+}
+
+// A reserve asked while a call of its provider is on its way goes beside it (Options.BatchCalls), not
+// after it: with the first call held on its way, the second is decided and answered meanwhile; with
+// BatchCalls 1 it waits for the first.
+func TestBatchCallsBesideTheOneOnItsWay(t *testing.T) {
+	for _, calls := range []int{1, 2} {
+		t.Run(fmt.Sprintf("calls=%d", calls), func(t *testing.T) {
+			ctx := context.Background()
+			c := redis.NewClient(&redis.Options{Addr: backends(t)[0].rdb.(*redis.Client).Options().Addr})
+			defer c.Close()
+			hold := &holdFirst{release: make(chan struct{}), held: make(chan struct{})}
+			c.AddHook(hold)
+			l := newAlgoOpts(t, c, gate.Options{Batch: 8, BatchCalls: calls}, gate.Provider{Policies: []gate.Policy{pol(10, time.Hour)}})
+			mustReserve(t, l, "warm", 1, 0) // loaded
+			hold.armed.Store(true)
+			first := make(chan error, 1)
+			go func() {
+				_, err := l.Reserve(ctx, prov, "first", 1, 0)
+				first <- err
+			}()
+			<-hold.held // the first call is on its way, and stays there
+			second := make(chan gate.Verdict, 1)
+			go func() { second <- mustReserve(t, l, "second", 1, 0) }()
+			if calls == 1 {
+				if !gate.BatchRunning(l, prov) {
+					t.Fatal("the first call on its way: the batcher is not running")
+				}
+				close(hold.release)
+				if err := <-first; err != nil {
+					t.Fatal(err)
+				}
+				<-second
+				return
+			}
+			<-second // answered while the first is held
+			select {
+			case err := <-first:
+				t.Fatalf("the first call came back before it was released: %v", err)
+			default:
+			}
+			close(hold.release)
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			askedAgain(t, l, mustReserve(t, l, "third", 1, 0), 4, "warm, first, second, third")
+		})
+	}
+}
+
+// holdFirst holds the first script call made once armed until release is closed (held is closed as it
+// begins to wait); every other call goes at once.
+type holdFirst struct {
+	armed, taken  atomic.Bool
+	release, held chan struct{}
+}
+
+func (h *holdFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *holdFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() && (cmd.Name() == "fcall" || cmd.Name() == "evalsha") && h.taken.CompareAndSwap(false, true) {
+			close(h.held)
+			<-h.release
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *holdFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // slowScripts holds every script call for 300ms while on is set.

@@ -61,7 +61,7 @@ func LingerClock(l *Limiter, providerName string) (fire func(), queued func() in
 	}
 }
 
-// BatchRunning tells whether a provider's batcher has a call on its way or a linger under way.
+// BatchRunning tells whether a provider's batcher has a call on its way, or a drain gathering its queue.
 func BatchRunning(l *Limiter, providerName string) bool {
 	p, err := l.provider(providerName)
 	if err != nil {
@@ -69,5 +69,5 @@ func BatchRunning(l *Limiter, providerName string) bool {
 	}
 	p.batch.mu.Lock()
 	defer p.batch.mu.Unlock()
-	return p.batch.running
+	return p.batch.gather || p.batch.calling > 0
 }

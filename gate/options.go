@@ -66,12 +66,26 @@ type Options struct {
 	// long (0..MaxBatchLinger) for others of its provider before its call goes, unless Batch of them come
 	// sooner. 0: it goes at once. Fewer calls per job at high rates, for up to this much more latency.
 	BatchLinger time.Duration
+	// BatchCalls is the most batched calls of one provider on their way at once (0..MaxBatchCalls; 0:
+	// DefaultBatchCalls): while one is on its way, the reserves asked meanwhile go as a call of their own
+	// beside it, up to this many, rather than wait for it to come back. 1: one at a time, the reserves
+	// asked meanwhile go as the next call.
+	BatchCalls int
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its budget.
 	Providers map[string]Provider
 }
 
 // MaxBatch is the largest Options.Batch (lua/family takes up to 1000 jobs a call).
 const MaxBatch = 1000
+
+// DefaultBatchCalls is Options.BatchCalls when it is 0: one call at a time. More calls on their way
+// shorten each job's wait, at the cost of fewer jobs a call (more Redis time a job): worth it where Redis
+// has cores of its own and handlers wait on round trips; on cores Redis shares with the workers, the calls
+// it adds cost more than the waits they save (BENCHMARKS.md's end-to-end section measures both).
+const DefaultBatchCalls = 1
+
+// MaxBatchCalls is the largest Options.BatchCalls.
+const MaxBatchCalls = 64
 
 // MaxBatchLinger is the longest Options.BatchLinger: a linger is meant to be short next to a window.
 const MaxBatchLinger = 10 * time.Millisecond
@@ -131,6 +145,9 @@ func (opts Options) check(rdb redis.Scripter) error {
 	}
 	if opts.Batch < 0 || opts.Batch > MaxBatch {
 		return fmt.Errorf("gate: batch must be 0..%d, got %d", MaxBatch, opts.Batch)
+	}
+	if opts.BatchCalls < 0 || opts.BatchCalls > MaxBatchCalls {
+		return fmt.Errorf("gate: batch calls must be 0..%d, got %d", MaxBatchCalls, opts.BatchCalls)
 	}
 	if opts.BatchLinger < 0 || opts.BatchLinger > MaxBatchLinger {
 		return fmt.Errorf("gate: batch linger must be 0..%s, got %s", MaxBatchLinger, opts.BatchLinger)

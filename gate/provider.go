@@ -141,7 +141,11 @@ func (p *provider) derive(opts Options, spec Provider, dedup time.Duration) {
 	p.inForce.Store(p.floor)
 	p.settings = &atomic.Pointer[settingsAt]{}
 	if opts.Batch > 1 {
-		p.batch = &batcher{max: opts.Batch, linger: opts.BatchLinger, after: time.After, full: make(chan struct{}, 1)}
+		calls := opts.BatchCalls
+		if calls == 0 {
+			calls = DefaultBatchCalls
+		}
+		p.batch = &batcher{max: opts.Batch, calls: calls, linger: opts.BatchLinger, after: time.After, full: make(chan struct{}, 1)}
 	}
 }
 

@@ -166,7 +166,7 @@ func (l *Limiter) decideCall(ctx context.Context, p provider, providerName strin
 	}
 	if len(jobs) == 1 {
 		j := jobs[0]
-		reply, err := l.run(ctx, p, j.call).Int64Slice()
+		reply, err := reserveReply(l.run(ctx, p, j.call))
 		verdict(j, reply, err)
 		return
 	}
@@ -216,14 +216,7 @@ func splitReplies(replies []any, n int) ([][]int64, []error, error) {
 			}
 		}
 		k += batchReplyLen
-		flags := nums[0]
-		r := make([]int64, replyLen)
-		r[replyAllowed], r[replyDuplicate], r[replyPaused] = flags&1, flags>>1&1, flags>>2&1
-		r[replyMoved], r[replyInFlight], r[replyLease] = flags>>3&1, flags>>4&1, flags>>5&3
-		r[replyCancelled], r[replyPolicy] = flags>>7&1, flags>>8
-		r[replyDelay], r[replyRetryAfter], r[replyRemaining], r[replyAdmittedAt], r[replyResetAfter] = nums[1], nums[2], nums[3], nums[4], nums[5]
-		r[replyNow] = now
-		each[i] = r
+		each[i] = unpackReply(now, nums)
 	}
 	if k != len(replies) {
 		return nil, nil, malformed("%d values past the last job's", len(replies)-k)
@@ -231,5 +224,6 @@ func splitReplies(replies []any, n int) ([][]int64, []error, error) {
 	return each, errs, nil
 }
 
-// batchReplyLen is how many numbers a batch's reply holds for each job decided (lua/family's op 'batch').
+// batchReplyLen is how many numbers a batch's reply holds for each job decided (lua/family's op 'batch'),
+// and a single reserve's after now_us.
 const batchReplyLen = 6

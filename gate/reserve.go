@@ -133,7 +133,7 @@ func (r request) check(p provider) (*merchantCall, error) {
 // reserve decides one job in a call of its own (c, a reserve).
 func (l *Limiter) reserve(ctx context.Context, p provider, providerName string, c call) (Verdict, error) {
 	asked := time.Now()
-	reply, err := l.run(ctx, p, c).Int64Slice()
+	reply, err := reserveReply(l.run(ctx, p, c))
 	if err != nil {
 		if cc, ok := l.rdb.(*redis.ClusterClient); ok && c.conn != nil && movedOn(err) {
 			// The node connection does not follow a slot that moved: the cluster client reads the slots

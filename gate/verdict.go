@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Verdict is the gate's answer for one job. Being denied is a verdict, not an error.
@@ -79,7 +81,8 @@ func (v Verdict) Slot() time.Time { return v.Now.Add(v.Delay) }
 // stands for whichever of its requests the provider counts).
 func (v Verdict) Releasable() bool { return !v.Duplicate && !v.Moved }
 
-// The reply of a reserve, index by index, as the family's contract (lua/family/contract.lua) documents it.
+// The reply of a reserve, field by field, as the family's contract (lua/family/contract.lua) documents it
+// (unpackReply spreads the script's packed reply into these indices).
 const (
 	replyAllowed = iota
 	replyDuplicate
@@ -97,6 +100,33 @@ const (
 	replyCancelled
 	replyLen
 )
+
+// reserveReply reads a single reserve's reply (lua/family's: a batch of one's, now_us then the job's
+// batchReplyLen numbers) into replyLen numbers, as splitReplies reads a batch's.
+func reserveReply(cmd *redis.Cmd) ([]int64, error) {
+	got, err := cmd.Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(got) != 1+batchReplyLen {
+		return nil, fmt.Errorf("malformed reply %v", got)
+	}
+	return unpackReply(got[0], [batchReplyLen]int64(got[1:])), nil
+}
+
+// unpackReply spreads one job's batchReplyLen numbers (its flags and policy in the first: lua/family's
+// allowed + 2 duplicate + 4 paused + 8 moved + 16 in_flight + 32 lease + 128 cancelled + 256 policy),
+// decided at now (µs), into the replyLen numbers verdictOf reads.
+func unpackReply(now int64, nums [batchReplyLen]int64) []int64 {
+	flags := nums[0]
+	r := make([]int64, replyLen)
+	r[replyAllowed], r[replyDuplicate], r[replyPaused] = flags&1, flags>>1&1, flags>>2&1
+	r[replyMoved], r[replyInFlight], r[replyLease] = flags>>3&1, flags>>4&1, flags>>5&3
+	r[replyCancelled], r[replyPolicy] = flags>>7&1, flags>>8
+	r[replyDelay], r[replyRetryAfter], r[replyRemaining], r[replyAdmittedAt], r[replyResetAfter] = nums[1], nums[2], nums[3], nums[4], nums[5]
+	r[replyNow] = now
+	return r
+}
 
 // verdictOf reads lua/family's reply to c, a reserve of one job (c.jobID, c.merchant, under c.margin).
 func verdictOf(p provider, providerName string, c call, reply []int64) (Verdict, error) {

@@ -117,16 +117,15 @@
 --            did, and the writes of all are applied together at the end (one ZADD to the id record, one
 --            write of the algorithm's state). The reply is one flat array: now_us (0 when no job was
 --            decided), then the n jobs' replies in order, each its error reply, one element (a bad
---            argument; the others go on), or 6 numbers: reserve's below but for now_us, with its flags
---            and policy in the first, {allowed + 2 duplicate + 4 paused + 8 moved + 16 in_flight +
---            32 lease + 128 cancelled + 256 policy, delay_us, retry_after_us, remaining, admitted_us,
---            reset_after_us}. The jobs' cancel marks are read with one ZMSCORE of KEYS[3].
---            Redis turns each table, and each number, of a reply into RESP at a cost of its own: hence
---            one array, and 6 numbers a job rather than a table of 13 (BenchmarkReserveBatch measures
---            it). A runtime error (none is known) writes nothing for any of them
+--            argument; the others go on), or its 6 numbers as reserve's below. The jobs' cancel marks
+--            are read with one ZMSCORE of KEYS[3]. A runtime error (none is known) writes nothing for
+--            any of them
 --
--- reserve returns {allowed, duplicate, delay_us, retry_after_us, remaining, policy, now_us, paused, admitted_us,
---                  moved, reset_after_us, in_flight, lease, cancelled} (the gate names each index):
+-- reserve returns a batch of one's reply, 7 numbers: {now_us, flags, delay_us, retry_after_us, remaining,
+--   admitted_us, reset_after_us}, flags = allowed + 2 duplicate + 4 paused + 8 moved + 16 in_flight +
+--   32 lease + 128 cancelled + 256 policy. Redis turns each table, and each number, of a reply into RESP
+--   at a cost of its own, and the caller reads each: hence one flat array, and the flags and the policy
+--   in one number (the gate's unpackReply reads them back). Each field:
 --   allowed         1: admitted at slot = now + delay_us. 0: denied, nothing changed (but a warm-up begun)
 --   duplicate       1: the id is in the id record: it takes nothing and goes at its own slot, the end of a
 --                   pause, or now, whichever is latest (denied beyond max wait). Let go, it is marked
@@ -219,7 +218,8 @@
 -- functions and constants, and reads no global (a library being loaded has only `redis`). Every per-call
 -- value is one of state.lua's file-level locals, and begin(), begin_job() and start() (then the
 -- algorithm's algo.init()) set every one of them as each call begins: nothing a call sees is left from an
--- earlier one.
+-- earlier one, but what would be set to the same (the parsed settings; begin_job's job arguments, kept
+-- while the same strings come under the same op and settings).
 -- They are file-level locals rather than fields of one table because a local is an upvalue of the
 -- functions that use it: one VM step to read where a field takes two, at the hundreds of reads a decision
 -- makes. Lua 5.1 allows a function 60 upvalues; the most any function here uses is 44 (luac5.1 -l -l

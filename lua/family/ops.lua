@@ -10,13 +10,13 @@ local function deny(r)
   drop_writes(kept)
   return r
 end
--- reply returns the 13 numbers in a table of their own, or, in a batch, appends the job's 6 (see the
--- header) to the call's reply (C.out, of C.nout values so far) and returns it.
+-- reply appends the job's 6 numbers (see the header: its flags and policy in one) to the call's reply
+-- (C.out, of C.nout values so far: a single reserve's is a batch of one's) and returns it.
 local function reply(allowed, dup, delay, retry, room, index, paused, admitted, moved, in_flight, leased, cancel)
-  local reset = math.max(0, math.ceil(reset_after()))
+  local reset = math.ceil(reset_after())
+  if reset < 0 then reset = 0 end
   in_flight, leased, cancel = in_flight or 0, leased or 0, cancel or 0
   local r, k = C.out, C.nout
-  if not r then return {allowed, dup, delay, retry, room, index - 1, now, paused, admitted, moved, reset, in_flight, leased, cancel} end
   r[k + 1] = allowed + 2 * dup + 4 * paused + 8 * moved + 16 * in_flight + 32 * leased + 128 * cancel + 256 * (index - 1)
   r[k + 2], r[k + 3], r[k + 4], r[k + 5], r[k + 6] = delay, retry, room, admitted, reset
   C.nout = k + 6
@@ -262,6 +262,7 @@ local function run()
     return n
   end
   prepare()
+  C.out, C.nout = {now}, 1 -- a batch of one's reply
   local r = reserve()
   finish()
   return r

@@ -43,10 +43,12 @@ local reset_memo -- reset_after's
 --   first_lease   the earliest lapse of a lease taken; renew_flight: the call's removal of lapsed leases
 --                 may empty the in-flight set (its expiry then goes with it, and finish sets it anew)
 --   p, m          counted_marker's hashes of this call's keys
---   cost_arg, arg4_arg, force_arg, merchant_arg  begin_job's: the last good job arguments, as given
+--   cost_arg, arg4_arg, force_arg, merchant_arg  begin_job's: the last good job arguments, as given, and
+--   args_op, args_conf   the op and the settings they were checked under (kept from call to call: see
+--                 begin_job)
 --   out, nout     a batch's reply and how many values it holds (gate's TestBatchJobWithoutReplyWritesNothing
 --                 rewrites a line naming C.nout)
--- begin forgets the job arguments and the reply (a batch sets them before start). The table lives on
+-- begin forgets the reply (a batch sets it before start). The table lives on
 -- between a function's calls: start sets every other field, and makes ttl anew only when the call
 -- before used it.
 local C = {ttl = {}, rec = {}, nrec = 0}
@@ -103,7 +105,7 @@ local function begin(keys, argv, o, stale_arg, settings_arg, nargs_ok)
     if nsettings >= 64 then settings, nsettings = {}, 0 end
     settings[settings_arg], nsettings = c, nsettings + 1
   end
-  conf, C.cost_arg, C.out = c, nil, nil
+  conf, C.out = c, nil
   margin, dedup, buckets, warmup, pace, tolerance = c.margin, c.dedup, c.buckets, c.warmup, c.pace, c.tolerance
   max_flight, lease, M, limits, windows, P = c.max_flight, c.lease, c.M, c.limits, c.windows, c.P
   PP = P - M
@@ -135,13 +137,16 @@ local function begin_job(job_id, cost_arg, arg4_arg, force_arg, merchant_arg)
   if op ~= 'status' and op ~= 'merchants' and (#id < 1 or #id > 600 or string.find(id, '\0', 1, true)) then
     return bad('job id must be 1..600 bytes without NUL; length', #id)
   end
-  -- A batch's jobs mostly share these four: parsed and checked again only when they change (C.cost_arg ..
-  -- C.merchant_arg, the last good ones of the call; begin forgets them).
-  if cost_arg ~= C.cost_arg or arg4_arg ~= C.arg4_arg or force_arg ~= C.force_arg or merchant_arg ~= C.merchant_arg then
+  -- A batch's jobs, and a worker's calls, mostly share these four: parsed and checked again only when they
+  -- or the op and settings they were checked under change (C.cost_arg .. C.args_conf: the last good ones,
+  -- kept from call to call as the settings are; cost, arg4, forced and merchant still hold what they gave).
+  if cost_arg ~= C.cost_arg or arg4_arg ~= C.arg4_arg or force_arg ~= C.force_arg or merchant_arg ~= C.merchant_arg
+    or op ~= C.args_op or conf ~= C.args_conf then
     C.cost_arg = nil
     local err = job_args(cost_arg, arg4_arg, force_arg, merchant_arg)
     if err then return err end
     C.cost_arg, C.arg4_arg, C.force_arg, C.merchant_arg = cost_arg, arg4_arg, force_arg, merchant_arg
+    C.args_op, C.args_conf = op, conf
   end
   upto, provider_counted, merchant_counted, reset_memo = PP, false, false, nil
   return nil

@@ -3,7 +3,9 @@ package lua
 import (
 	"bufio"
 	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -102,6 +104,39 @@ func TestLua51Limits(t *testing.T) {
 				t.Errorf("a function has %d upvalues (Lua 5.1 allows 60)", most)
 			}
 			t.Logf("at most %d upvalues in a function (the one at line %d)", most, at)
+		})
+	}
+}
+
+// TestLuaProfile runs each script's reserves in plain Lua 5.1 with Redis stubbed (testdata/profile.lua)
+// and logs what its own Lua does per job, one reserve a call and 32 a call: VM instructions and calls of
+// C functions, and the functions that take most. A tool, not a check: it runs only with
+// PAYGATE_LUA_PROFILE set (1, or an algorithm's name) and lua5.1 installed.
+func TestLuaProfile(t *testing.T) {
+	want := os.Getenv("PAYGATE_LUA_PROFILE")
+	if want == "" {
+		t.Skip("PAYGATE_LUA_PROFILE is not set")
+	}
+	lua, err := exec.LookPath("lua5.1")
+	if err != nil {
+		t.Skip("lua5.1 is not installed")
+	}
+	for _, s := range scripts {
+		if want != "1" && want != s.name {
+			continue
+		}
+		t.Run(s.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), s.name+".lua")
+			if err := os.WriteFile(path, []byte(s.src), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, jobs := range []string{"0", "32"} {
+				out, err := exec.Command(lua, "testdata/profile.lua", path, jobs).CombinedOutput()
+				if err != nil {
+					t.Fatalf("lua5.1: %v: %s", err, out)
+				}
+				t.Logf("jobs a call %s (0: one reserve, not op batch):\n%s", jobs, out)
+			}
 		})
 	}
 }

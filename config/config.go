@@ -93,6 +93,9 @@ type Gate struct {
 	// BatchCalls is the most calls of one provider a worker has on their way at once
 	// (gate.Options.BatchCalls).
 	BatchCalls int `mapstructure:"batch_calls"`
+	// Journal is how long the job journal remembers a job whose request left (gate.Options.Journal), for
+	// worker cancel and worker job show; 0: no journal.
+	Journal time.Duration `mapstructure:"journal"`
 }
 
 // Broker selects and configures the job queue.
@@ -147,6 +150,7 @@ type KafkaSASL struct {
 type Worker struct {
 	Concurrency     int             `mapstructure:"concurrency"`     // per provider per process
 	MaxInlineWait   time.Duration   `mapstructure:"max_inline_wait"` // longest reservation waited in-process
+	LowHorizon      time.Duration   `mapstructure:"low_horizon"`     // longest reservation a low job asks for
 	MaxAttempts     int             `mapstructure:"max_attempts"`
 	MaxDeferralAge  time.Duration   `mapstructure:"max_deferral_age"`
 	ShutdownTimeout time.Duration   `mapstructure:"shutdown_timeout"`
@@ -400,6 +404,7 @@ var defaults = map[string]any{
 	"gate.warmup_max":                  "1m",
 	"gate.batch":                       32,
 	"gate.batch_linger":                "0s",
+	"gate.journal":                     "1h",
 	"gate.batch_calls":                 gate.DefaultBatchCalls,
 	"broker.kind":                      "rabbitmq",
 	"broker.rabbitmq.url_env":          "PAYGATE_AMQP_URL",
@@ -423,6 +428,7 @@ var defaults = map[string]any{
 	"broker.kafka.sasl.password_env":   "PAYGATE_KAFKA_PASSWORD",
 	"worker.concurrency":               16,
 	"worker.max_inline_wait":           "5s",
+	"worker.low_horizon":               "500ms",
 	"worker.max_attempts":              8,
 	"worker.max_deferral_age":          "24h",
 	"worker.shutdown_timeout":          "30s",

@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 	p.check(c.Gate.Batch >= 1 && c.Gate.Batch <= gate.MaxBatch, "gate.batch", "must be 1..%d, got %d", gate.MaxBatch, c.Gate.Batch)
 	p.check(c.Gate.BatchLinger >= 0 && c.Gate.BatchLinger <= gate.MaxBatchLinger, "gate.batch_linger", "must be 0s..%s, got %s",
 		gate.MaxBatchLinger, c.Gate.BatchLinger)
+	p.check(c.Gate.Journal >= 0, "gate.journal", "must be >= 0s, got %s", c.Gate.Journal)
 	p.check(c.Gate.BatchCalls >= 1 && c.Gate.BatchCalls <= gate.MaxBatchCalls, "gate.batch_calls", "must be 1..%d, got %d",
 		gate.MaxBatchCalls, c.Gate.BatchCalls)
 

@@ -227,6 +227,7 @@ type Worker struct {
 	settleSlots chan struct{}
 	signals     *signals             // what the fleet and this process's throttles signal: pauses, losses, limits, landings
 	cancels     cancelNotes          // the cancels told to this process (NoteCancel)
+	journalQ    journalQueue         // the job journal's entries still to write (journal.go)
 	id          string               // this worker, to the gate's margin
 	late        map[string]*lateness // each provider's recent wake-ups, for ReportLateness
 	breakers    *breakers            // the providers' breakers, as this worker knows them (UseBreaker; nil: none)
@@ -281,6 +282,10 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 	reports, stopReports := context.WithCancel(work)
 	defer stopReports()
 	wg.Go(func() { w.reportLateness(reports) })
+	journal, stopJournal := context.WithCancel(work)
+	defer stopJournal()
+	journalDone := make(chan struct{})
+	go func() { w.writeJournal(journal); close(journalDone) }()
 	streams := map[string]<-chan Delivery{}
 	for _, p := range names {
 		deliveries, err := b.Consume(ctx, p)
@@ -319,6 +324,8 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 		cancelWork()
 		<-done
 	}
+	stopJournal() // the entries of the jobs settled last are written as it stops
+	<-journalDone
 	return nil
 }
 

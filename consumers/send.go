@@ -21,6 +21,7 @@ func (w *Worker) send(ctx context.Context, a *admission, j *job.Job) (*providers
 	}
 	start := w.now()
 	a.sent = start
+	w.journal(a.provider, j.ID, start, "") // left: worker cancel tells it left from here on
 	answer, err := w.dispatch[a.provider].Dispatch(traced, j)
 	if departed != nil {
 		a.slot = departed.wait(a.slot)

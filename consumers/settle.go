@@ -85,6 +85,7 @@ type settlement struct {
 	w         *Worker
 	d         Delivery
 	provider  string
+	class     job.Priority      // the class of the stream it arrived on (Route)
 	job       *job.Job          // nil until decoded
 	attempt   int               // transient failures so far; one more once this delivery's request failed
 	admission *admission        // nil until decoded: the line's waited, admission and late
@@ -188,6 +189,9 @@ func (s *settlement) requeue(ctx context.Context) {
 
 // done counts the settlement and writes its line.
 func (s *settlement) done(outcome Outcome, settleErr, why error, extra ...zap.Field) {
+	if a := s.admission; a != nil && !a.sent.IsZero() && s.job != nil {
+		s.w.journal(s.provider, s.job.ID, a.sent, outcome) // how the handling of its request ended
+	}
 	s.w.metrics.jobs.WithLabelValues(s.provider, string(outcome)).Inc()
 	if named, fair := s.w.cfg.Fair[s.provider]; fair {
 		s.w.metrics.merchantJobs.WithLabelValues(s.provider, merchantLabel(named, s.job), string(outcome)).Inc()

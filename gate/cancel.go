@@ -94,7 +94,7 @@ func (l *Limiter) Cancel(ctx context.Context, providerName, jobID string, opts C
 	if opts.Poll <= 0 {
 		opts.Poll = 20 * time.Millisecond
 	}
-	keys := []string{p.keys.ids, p.keys.marks, p.keys.cancels}
+	keys := l.cancelKeys(p)
 	c, err := l.cancelStep(ctx, keys, "cancel", jobID, opts.Attempts, p.dedup, micros(opts.Keep), l.channel, providerName, opts.Reason)
 	if err != nil || c.State != CancelGivenUp {
 		return c, err
@@ -148,7 +148,7 @@ func (l *Limiter) CancelReason(ctx context.Context, providerName, jobID string) 
 	if err != nil {
 		return "", err
 	}
-	got, err := cancelScript.Run(ctx, l.rdb, []string{p.keys.ids, p.keys.marks, p.keys.cancels}, "reason", jobIDOf(jobID), 1, p.dedup, 0, "", "", "").Text()
+	got, err := cancelScript.Run(ctx, l.rdb, []string{p.keys.ids, p.keys.marks, p.keys.cancels, p.keys.flight}, "reason", jobIDOf(jobID), 1, p.dedup, 0, "", "", "").Text()
 	if err != nil {
 		return "", fmt.Errorf("gate: cancel reason %s/%s: %w", providerName, jobID, err)
 	}
@@ -171,6 +171,10 @@ type JobState struct {
 	Reason    string
 	// Leases are the in-flight leases standing for any of its gate ids: member, and when it lapses.
 	Leases []Lease
+	// Left is when its latest request left, and Outcome how that handling ended ("" while in flight), as
+	// the job journal holds them (Options.Journal; zero: not there).
+	Left    time.Time
+	Outcome string
 }
 
 // AttemptState is one gate id of a job as the gate holds it; zero times where it holds nothing.
@@ -200,7 +204,7 @@ func (l *Limiter) Job(ctx context.Context, providerName, jobID string, attempts 
 		return JobState{}, err
 	}
 	attempts = max(attempts, 1)
-	keys := []string{p.keys.ids, p.keys.marks, p.keys.cancels, p.keys.flight}
+	keys := l.cancelKeys(p)
 	raw, err := cancelScript.Run(ctx, l.rdb, keys, "show", jobID, attempts, p.dedup, 0, "", "", "").Slice()
 	if err != nil {
 		return JobState{}, fmt.Errorf("gate: job %s/%s: %w", providerName, jobID, err)
@@ -218,22 +222,25 @@ func (l *Limiter) Job(ctx context.Context, providerName, jobID string, attempts 
 		}
 		return time.UnixMicro(v)
 	}
-	if len(raw) < 4 {
+	const head = 6 // now, cancel_until, reason, left, outcome, n
+	if len(raw) < head {
 		return bad()
 	}
 	now, ok1 := num(0)
 	until, ok2 := num(1)
 	reason, ok3 := raw[2].(string)
-	n, ok4 := num(3)
-	if !ok1 || !ok2 || !ok3 || !ok4 || n != int64(attempts) || len(raw) < 4+4*attempts || (len(raw)-4-4*attempts)%2 != 0 {
+	left, ok4 := num(3)
+	outcome, ok5 := raw[4].(string)
+	n, ok6 := num(5)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || n != int64(attempts) || len(raw) < head+4*attempts || (len(raw)-head-4*attempts)%2 != 0 {
 		return bad()
 	}
-	st := JobState{Now: us(now), Cancelled: us(until), Reason: reason}
+	st := JobState{Now: us(now), Cancelled: us(until), Reason: reason, Left: us(left), Outcome: outcome}
 	for k := range attempts {
 		var v [4]int64
 		for j := range v {
 			var ok bool
-			if v[j], ok = num(4 + 4*k + j); !ok {
+			if v[j], ok = num(head + 4*k + j); !ok {
 				return bad()
 			}
 		}
@@ -243,7 +250,7 @@ func (l *Limiter) Job(ctx context.Context, providerName, jobID string, attempts 
 		}
 		st.Attempts = append(st.Attempts, AttemptState{GateID: gid, Slot: us(v[0]), Sent: us(v[1]), Duplicate: us(v[2]), Probe: us(v[3])})
 	}
-	for i := 4 + 4*attempts; i < len(raw); i += 2 {
+	for i := head + 4*attempts; i < len(raw); i += 2 {
 		member, ok := raw[i].(string)
 		lapse, ok2 := num(i + 1)
 		if !ok || !ok2 {
@@ -252,4 +259,14 @@ func (l *Limiter) Job(ctx context.Context, providerName, jobID string, attempts 
 		st.Leases = append(st.Leases, Lease{Member: member, Lapses: us(lapse)})
 	}
 	return st, nil
+}
+
+// cancelKeys are cancel.lua's KEYS for a provider: its id record, marks, cancels' reasons, in-flight leases,
+// and the journal's hashes that may hold a job (none without a journal).
+func (l *Limiter) cancelKeys(p provider) []string {
+	keys := []string{p.keys.ids, p.keys.marks, p.keys.cancels, p.keys.flight}
+	if l.opts.Journal > 0 {
+		keys = append(keys, p.journalKeys(time.Now(), l.opts.Journal)...)
+	}
+	return keys
 }

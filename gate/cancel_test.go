@@ -178,3 +178,38 @@ func TestJobShow(t *testing.T) {
 		}
 	})
 }
+
+// The job journal tells a cancel that a job left after the id record has let it go: a request in flight
+// (no outcome yet) or ended for good left; one answered for a retry is queued again, and cancelled.
+func TestCancelJournal(t *testing.T) {
+	eachBackend(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := newAlgoOpts(t, rdb, gate.Options{Journal: time.Hour}, gate.Provider{Policies: []gate.Policy{pol(10, time.Second)}})
+		now := time.Now().Truncate(time.Microsecond)
+		entries := []gate.JournalEntry{
+			{ID: "done", Left: now.Add(-40 * time.Minute), Outcome: "succeeded"},
+			{ID: "retry", Left: now.Add(-30 * time.Second), Outcome: "transient"},
+			{ID: "flying", Left: now.Add(-10 * time.Second)},
+		}
+		if err := l.Journal(ctx, prov, entries); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			id   string
+			want gate.CancelState
+			left time.Time
+		}{{"done", gate.CancelLeft, entries[0].Left}, {"retry", gate.CancelQueued, time.Time{}}, {"flying", gate.CancelLeft, entries[2].Left}} {
+			got, err := l.Cancel(ctx, prov, c.id, cancelOpts)
+			if err != nil || got.State != c.want || !got.Slot.Equal(c.left) {
+				t.Errorf("cancel %s: %+v %v, want %s at %s", c.id, got, err, c.want, c.left)
+			}
+		}
+		st, err := l.Job(ctx, prov, "done", 1)
+		if err != nil || !st.Left.Equal(entries[0].Left) || st.Outcome != "succeeded" {
+			t.Errorf("job show of a job the journal holds: %+v %v", st, err)
+		}
+		if v := mustReserve(t, l, "retry\x1f1", 1, time.Second); v.Allowed || !v.Cancelled {
+			t.Errorf("the retry of a job cancelled after its failed request: %+v, want cancelled", v)
+		}
+	})
+}

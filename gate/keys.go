@@ -20,8 +20,9 @@ type keySet struct {
 	margin, lateness string
 	// breaker is breaker.lua's: the provider's circuit breaker
 	breaker string
-	// cancels is cancel.lua's: the reasons of the provider's cancels
-	cancels string
+	// cancels is cancel.lua's: the reasons of the provider's cancels; journal the job journal's hashes'
+	// prefix (journal.lua: a ten-minute bucket's number follows)
+	cancels, journal string
 	// all are lua/family's KEYS for a call without a merchant's own state, in the order its header gives:
 	// ids, pause, marks, state..., merchants, limits, flight, pace, epoch. Built once: every decision sends it.
 	all []string
@@ -39,7 +40,7 @@ func newKeySet(tag string, algo Algorithm, policies []Policy, margin time.Durati
 	k := &keySet{ids: ids, pause: tag + "pause", marks: tag + "marks",
 		state:     stateKeys(tag, algo, policies, margin, buckets, version),
 		merchants: tag + "merchants", limits: tag + "limits", flight: tag + "flight", pace: tag + "pace", epoch: tag + "epoch",
-		margin: tag + "margin", lateness: tag + "lateness", breaker: tag + "breaker", cancels: tag + "cancels"}
+		margin: tag + "margin", lateness: tag + "lateness", breaker: tag + "breaker", cancels: tag + "cancels", journal: tag + "journal:"}
 	k.all = append(k.counted(), k.merchants, k.limits, k.flight, k.pace, k.epoch)
 	k.merchantAt = 3 + len(k.state)
 	return k

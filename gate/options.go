@@ -71,6 +71,9 @@ type Options struct {
 	// beside it, up to this many, rather than wait for it to come back. 1: one at a time, the reserves
 	// asked meanwhile go as the next call.
 	BatchCalls int
+	// Journal is how long the job journal (Limiter.Journal) remembers a job whose request left: how long
+	// after it Cancel still tells that it left, and Job when and how it ended. 0: no journal.
+	Journal time.Duration
 	// Providers maps each provider name ([a-z0-9_-]{1,64}) to its budget.
 	Providers map[string]Provider
 }
@@ -151,6 +154,9 @@ func (opts Options) check(rdb redis.Scripter) error {
 	}
 	if opts.BatchLinger < 0 || opts.BatchLinger > MaxBatchLinger {
 		return fmt.Errorf("gate: batch linger must be 0..%s, got %s", MaxBatchLinger, opts.BatchLinger)
+	}
+	if opts.Journal < 0 {
+		return fmt.Errorf("gate: journal must be >= 0, got %s", opts.Journal)
 	}
 	return opts.checkAcks(rdb)
 }

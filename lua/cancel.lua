@@ -8,7 +8,10 @@
 --                                              the key lasts a second past the latest cancel, and a cancel
 --                                              that finds more than 256 fields drops the lapsed ones
 --
--- KEYS[4] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (lua/family; show only)
+-- KEYS[4] -> <prefix>:{<provider>}:flight ZSET the in-flight leases (lua/family; read by show only)
+-- KEYS[5..] -> <prefix>:{<provider>}:journal:<bucket> HASH the job journal's hashes that may hold the job
+--                                              (journal.lua; none when there is no journal): field id,
+--                                              value "<left_us> <outcome>"
 --
 -- ARGV[1] -> op: 'cancel', 'peek', 'settle', 'reason' or 'show'
 -- ARGV[2] -> the job's id: 1..600 bytes, no NUL, no "\31" (the gate ids of its attempts are id, then
@@ -22,15 +25,17 @@
 --
 -- cancel returns {state, slot_us, now_us}, now_us the Redis clock:
 --   0  not admitted (none of its gate ids is in the record): the mark is written; slot_us 0
---   1  it has left or is leaving: an admission at slot_us (the latest) now or past, or a request marked
---      sent (id.."\0s"); nothing is written. A cancel that stood already is not lifted
+--   1  it has left or is leaving: an admission at slot_us (the latest) now or past, a request marked sent
+--      (id.."\0s"), or a request in the journal that left at slot_us and has no outcome yet, or a final
+--      one (succeeded, declined, permanent, exhausted); nothing is written. A job whose request left and
+--      was answered for a retry (its outcome another) is queued again: cancelled as below
 --   2  admitted for slot_us, still ahead: the mark is written and "<provider> cancel <id>" published
 --      (a gate.Announcement of kind AnnounceCancel), so that the worker holding the slot gives it up
 --      (released, its next reserve denied). The caller waits for the admission to leave the record, or
 --      for its slot to pass, then calls settle
 --   3  cancelled already (the mark stands); slot_us 0
 -- show returns what the gate holds of the job, writing nothing: {now_us, cancel_until_us (0: none), reason,
--- n, then for each of its n gate ids (ARGV[3]) slot_us, sent_us, duplicate_us, probe_us (0 where none: its
+-- left_us (0: not in the journal), outcome (the journal's; '' for none), n, then for each of its n gate ids (ARGV[3]) slot_us, sent_us, duplicate_us, probe_us (0 where none: its
 -- admission in the record, and its marks' times), then member, lapse_us of each standing in-flight lease
 -- of any of them}
 -- reason returns the reason of the cancel standing ('' for none); it writes nothing.
@@ -56,6 +61,18 @@ local function admission()
   return latest
 end
 
+-- journal is the job's latest entry in the journal: when its request left (nil: none) and its outcome.
+local function journal()
+  local left, outcome
+  for k = 5, #KEYS do
+    local l, o = string.match(redis.call('HGET', KEYS[k], id) or '', '^(%d+) ?(.*)$')
+    l = tonumber(l)
+    if l and (not left or l > left) then left, outcome = l, o end
+  end
+  return left, outcome or ''
+end
+local final = {[''] = true, succeeded = true, declined = true, permanent = true, exhausted = true}
+
 local slot = admission()
 if op == 'peek' then return {slot and 2 or 0, slot or 0, now} end
 if op == 'show' then
@@ -63,7 +80,8 @@ if op == 'show' then
   for k = 1, n - 1 do gids[#gids + 1] = id .. '\31' .. k end
   local standing = tonumber(redis.call('ZSCORE', KEYS[2], mark) or nil)
   if standing and standing < now then standing = nil end
-  local out = {now, standing or 0, '', n}
+  local left, outcome = journal()
+  local out = {now, standing or 0, '', left or 0, outcome, n}
   if standing then out[3] = string.match(redis.call('HGET', KEYS[3], id) or '', '^%d+ (.*)$') or '' end
   local slots = redis.call('ZMSCORE', KEYS[1], unpack(gids))
   for k, g in ipairs(gids) do
@@ -106,6 +124,8 @@ local standing = tonumber(redis.call('ZSCORE', KEYS[2], mark) or nil)
 if standing and standing >= now then return {3, 0, now} end
 local sent = tonumber(redis.call('ZSCORE', KEYS[2], id .. '\0s') or nil)
 if (slot and slot <= now) or (sent and sent >= now) then return {1, slot or 0, now} end
+local left, outcome = journal()
+if left and final[outcome] and not slot then return {1, left, now} end
 local keep = tonumber(ARGV[5])
 local ms = math.ceil(keep / 1000) + 1000
 redis.call('ZADD', KEYS[2], string.format('%d', now + keep), mark)

@@ -34,6 +34,11 @@ var Sent string
 //go:embed cancel.lua
 var Cancel string
 
+// Journal remembers when jobs' requests left and how the jobs ended.
+//
+//go:embed journal.lua
+var Journal string
+
 // Land ends an in-flight lease and announces it.
 //
 //go:embed land.lua

@@ -122,7 +122,7 @@ func Gate(c *config.Config, rdb redis.UniversalClient, role Role) (*gate.Limiter
 	}
 	o := gate.Options{Prefix: c.Redis.KeyPrefix, Margin: c.Gate.Margin, MarginMax: c.Gate.MarginMax, Providers: ps,
 		MinReplicasAcked: c.Redis.MinReplicasAcked, AckTimeout: c.Redis.ReplicasAckTimeout, Batch: c.Gate.Batch,
-		BatchLinger: c.Gate.BatchLinger, BatchCalls: c.Gate.BatchCalls}
+		BatchLinger: c.Gate.BatchLinger, BatchCalls: c.Gate.BatchCalls, Journal: c.Gate.Journal}
 	if role == Worker {
 		o.StaleAfter, o.WarmUp, o.WarmUpCap, o.Horizon = Core(c).LateLimit, c.Gate.WarmUp, c.Gate.WarmUpMax, consumers.LossNotice
 		if c.Redis.Mode() == "cluster" {

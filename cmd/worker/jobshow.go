@@ -25,9 +25,12 @@ type jobReport struct {
 	ID       string `json:"id"`
 	Now      string `json:"now"` // the Redis clock as read (RFC 3339, UTC)
 	// State sums it up: cancelled, reserved (admitted for a slot ahead), admitted (at a slot now or past:
-	// its request left or is leaving), or unknown (nothing held: not admitted lately).
+	// its request left or is leaving), sent (in the job journal: its request left), or unknown (nothing
+	// held: not admitted lately).
 	State     string           `json:"state"`
 	Cancelled *jobCancel       `json:"cancelled,omitempty"`
+	Left      string           `json:"left,omitempty"`    // the job journal's: when its latest request left
+	Outcome   string           `json:"outcome,omitempty"` // and how that handling ended ("" in flight)
 	Attempts  []jobAttemptJSON `json:"attempts"`
 	Leases    []jobLeaseJSON   `json:"leases"`
 }
@@ -98,7 +101,8 @@ func jobReportOf(provider, id string, st gate.JobState) jobReport {
 		}
 		return t.UTC().Format(time.RFC3339Nano)
 	}
-	rep := jobReport{Provider: provider, ID: id, Now: stamp(st.Now), State: "unknown", Attempts: []jobAttemptJSON{}, Leases: []jobLeaseJSON{}}
+	rep := jobReport{Provider: provider, ID: id, Now: stamp(st.Now), State: "unknown", Attempts: []jobAttemptJSON{}, Leases: []jobLeaseJSON{},
+		Left: stamp(st.Left), Outcome: st.Outcome}
 	attemptOf := map[string]int{}
 	var latest time.Time
 	for k, a := range st.Attempts {
@@ -122,6 +126,8 @@ func jobReportOf(provider, id string, st gate.JobState) jobReport {
 		rep.State = "reserved"
 	case !latest.IsZero():
 		rep.State = "admitted"
+	case !st.Left.IsZero():
+		rep.State = "sent"
 	}
 	return rep
 }
@@ -131,6 +137,7 @@ func printJob(w io.Writer, rep jobReport) error {
 		"cancelled": "cancelled: no worker sends it",
 		"reserved":  "admitted for a slot ahead: a worker holds it",
 		"admitted":  "admitted at a slot now or past: its request left, or is leaving",
+		"sent":      "its request left (the job journal)",
 		"unknown":   "the gate holds nothing of it: not admitted lately (queued, deferred, scheduled, or settled longer ago than the gate remembers)",
 	}[rep.State])
 	if c := rep.Cancelled; c != nil {
@@ -155,6 +162,9 @@ func printJob(w io.Writer, rep jobReport) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if rep.Left != "" {
+		fmt.Fprintf(w, "latest request left at %s, ended %s\n", rep.Left, map[bool]string{true: "(in flight)", false: rep.Outcome}[rep.Outcome == ""])
 	}
 	for _, l := range rep.Leases {
 		fmt.Fprintf(w, "in-flight lease of attempt %d, lapses %s\n", l.Attempt, l.Lapses)

@@ -22,7 +22,7 @@ type authenticator interface {
 }
 
 // renewer is an authenticator whose credentials a 401 may have found stale (OAuth2's token): refused
-// drops the one req carried, and the same attempt is tried once more with new ones.
+// drops the one req carried, and the 401 is a transient failure: the next attempt goes with new ones.
 type renewer interface {
 	refused(req *http.Request)
 }

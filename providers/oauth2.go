@@ -184,7 +184,7 @@ func (a *oauth2Auth) secrets() []string {
 }
 
 func (a *oauth2Auth) refusal() string {
-	return fmt.Sprintf("the provider refused a bearer token fresh from %s", a.conf.TokenURL)
+	return fmt.Sprintf("the provider refused a bearer token from %s: dropped, the next attempt fetches a new one", a.conf.TokenURL)
 }
 
 // close waits for a background refresh and drops the token endpoint's idle connections.

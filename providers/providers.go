@@ -325,6 +325,9 @@ func (c *Client) classify(resp *http.Response, answer *Answer) error {
 	}
 	excerpt := c.excerpt(answer.Body)
 	permanent := st >= 400 && st < 500 && !slices.Contains(c.retryOn, st)
+	if _, renews := c.auth.(renewer); renews && st == http.StatusUnauthorized {
+		permanent = false // a stale token, dropped (do): the next attempt fetches a new one
+	}
 	if st >= 300 && st < 400 {
 		permanent = true // a redirect is a misconfiguration, not a blip
 	}

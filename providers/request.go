@@ -5,32 +5,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/paygate/paygate/job"
 )
 
 // do sends the job's request and returns the provider's response. When the auth renews its credentials
-// (OAuth2's token) and the provider answers 401, the token is dropped and the same attempt is sent once
-// more with a new one; the first answer is drained and closed.
+// (OAuth2's token) and the provider answers 401, the token is dropped: the answer is a transient failure
+// (classify), and the next attempt, on a slot of its own from the gate, fetches a new one. (Sent again at
+// once, the request would go without a slot: one more than the gate counted.)
 func (c *Client) do(ctx context.Context, j *job.Job) (*http.Response, error) {
 	req, err := c.newRequest(ctx, j)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := c.http.Do(req)
-	ren, renews := c.auth.(renewer)
-	if err != nil || !renews || resp.StatusCode != http.StatusUnauthorized {
-		return resp, err
+	if ren, renews := c.auth.(renewer); renews && err == nil && resp.StatusCode == http.StatusUnauthorized {
+		ren.refused(req)
 	}
-	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
-	resp.Body.Close()
-	ren.refused(req)
-	if req, err = c.newRequest(ctx, j); err != nil {
-		return nil, err
-	}
-	return c.http.Do(req)
+	return resp, err
 }
 
 // newRequest builds the job's request: its endpoint's method and URL (target), the body (none for GET

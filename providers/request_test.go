@@ -233,7 +233,8 @@ func oauth2Config(url, tokenURL string) config.Provider {
 }
 
 // auth {type: oauth2}: one token for many requests, as a bearer token; refreshed (in the background)
-// before it expires, not per request; a 401 drops it and sends the attempt once more with a new one.
+// before it expires, not per request; a 401 drops it and is a transient failure (never sent again
+// without a slot of its own): the next attempt goes with a new one.
 func TestOAuth2Auth(t *testing.T) {
 	t.Setenv("ACME_CLIENT_ID", "client-1")
 	t.Setenv("ACME_CLIENT_SECRET", "cs_live_77")
@@ -263,8 +264,17 @@ func TestOAuth2Auth(t *testing.T) {
 		t.Fatalf("%d token fetches for 20 concurrent requests, want 1", n)
 	}
 	stale.Store(true)
+	sent := len(rec.requests())
+	_, err := cl.Dispatch(context.Background(), payment("after-401"))
+	var se *providers.StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusUnauthorized || se.Permanent || providers.OutcomeOf(err) != providers.Transient {
+		t.Fatalf("a stale token's 401: %v, want a transient failure", err)
+	}
+	if n := len(rec.requests()) - sent; n != 1 {
+		t.Fatalf("a stale token's 401 sent %d requests, want 1 (the next attempt takes a slot of its own)", n)
+	}
 	if _, err := cl.Dispatch(context.Background(), payment("after-401")); err != nil {
-		t.Fatalf("after a 401: %v", err)
+		t.Fatalf("the next attempt: %v", err)
 	}
 	got := rec.requests()
 	last := got[len(got)-2:]
@@ -343,7 +353,7 @@ func TestClientCertificate(t *testing.T) {
 }
 
 // The secrets of every auth type stay out of errors, log lines and answers: a provider that echoes the
-// bearer token it refuses has it redacted, after the one retry with a new token, as the client's secret.
+// bearer token it refuses has it redacted (the token dropped), as the client's secret.
 func TestAuthSecretsNeverLeak(t *testing.T) {
 	t.Setenv("ACME_CLIENT_ID", "client-1")
 	t.Setenv("ACME_CLIENT_SECRET", "cs_live_77")
@@ -381,7 +391,7 @@ func TestAuthSecretsNeverLeak(t *testing.T) {
 			t.Errorf("%s shows: %s", secret, all)
 		}
 	}
-	if ts.fetches.Load() != 2 || !strings.Contains(all, "refused Bearer [REDACTED]") {
-		t.Fatalf("%d token fetches (want 2: the 401 drops the first); output:\n%s", ts.fetches.Load(), all)
+	if ts.fetches.Load() != 1 || !strings.Contains(all, "refused Bearer [REDACTED]") {
+		t.Fatalf("%d token fetches (want 1: the 401 drops it, no request goes again); output:\n%s", ts.fetches.Load(), all)
 	}
 }

@@ -106,8 +106,9 @@ func HoldBound(cfg Config, prefetch int, providerTimeout time.Duration) time.Dur
 }
 
 // InlineWaits bounds a handling's time in-process in units of MaxInlineWait: MaxLateTries reservations,
-// and one MaxInlineWait of waits after denials whose slot was just beyond it.
-const InlineWaits = MaxLateTries + 1
+// one MaxInlineWait of waits after denials whose slot was just beyond it, and one of a not_before held
+// in-process (untilNotBefore).
+const InlineWaits = MaxLateTries + 2
 
 // settleCtx outlives a shutdown's cancellation briefly, so that a finished job is still settled.
 func settleCtx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -193,6 +194,7 @@ func (s *settlement) done(outcome Outcome, settleErr, why error, extra ...zap.Fi
 		s.w.journal(s.provider, s.job.ID, a.sent, outcome) // how the handling of its request ended
 	}
 	s.w.metrics.jobs.WithLabelValues(s.provider, string(outcome)).Inc()
+	s.w.metrics.classJobs.WithLabelValues(s.provider, string(s.class), string(outcome)).Inc()
 	if named, fair := s.w.cfg.Fair[s.provider]; fair {
 		s.w.metrics.merchantJobs.WithLabelValues(s.provider, merchantLabel(named, s.job), string(outcome)).Inc()
 	}

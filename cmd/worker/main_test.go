@@ -120,12 +120,12 @@ func TestCheckConfig(t *testing.T) {
 func TestConsumerTimeoutCollision(t *testing.T) {
 	cfg := testConfig(t, fivePer3s) // timeout 10s; defaults: prefetch 32, concurrency 16, max_inline_wait 5s
 	r := worker(t, []string{"PAYGATE_BROKER_RABBITMQ_CONSUMER_TIMEOUT=1m"}, "check-config", "--config", cfg)
-	want := "broker.rabbitmq.consumer_timeout: 1m0s is not more than the longest a worker can hold a delivery, 1m20s " +
-		"(ceil(prefetch 32 / concurrency 16) x (4 x max_inline_wait 5s + slowest provider timeout 10s + 10s to settle))"
+	want := "broker.rabbitmq.consumer_timeout: 1m0s is not more than the longest a worker can hold a delivery, 1m30s " +
+		"(ceil(prefetch 32 / concurrency 16) x (5 x max_inline_wait 5s + slowest provider timeout 10s + 10s to settle))"
 	if r.code != 2 || !strings.Contains(r.stderr, want) {
 		t.Fatalf("exit %d, stderr %q; want 2 and %q", r.code, r.stderr, want)
 	}
-	for _, env := range [][]string{{"PAYGATE_BROKER_RABBITMQ_CONSUMER_TIMEOUT=81s"}, {"PAYGATE_BROKER_RABBITMQ_CONSUMER_TIMEOUT=1m", "PAYGATE_BROKER_KIND=kafka"}} {
+	for _, env := range [][]string{{"PAYGATE_BROKER_RABBITMQ_CONSUMER_TIMEOUT=91s"}, {"PAYGATE_BROKER_RABBITMQ_CONSUMER_TIMEOUT=1m", "PAYGATE_BROKER_KIND=kafka"}} {
 		if r := worker(t, env, "check-config", "--config", cfg); r.code != 0 {
 			t.Errorf("%v: exit %d %s", env, r.code, r.stderr)
 		}

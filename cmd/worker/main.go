@@ -51,6 +51,7 @@ commands:
   job show       what the gate knows of a job (--provider --id): admitted, sent, cancelled, leases
   limits         set, show or reset a provider's live limits (in force fleet-wide when it returns)
   provider-sim   serve a strict simulated payment provider (the referee of tests and demos)
+  probe          ask a worker's /readyz (--url): exit 0 when ready, 1 naming what is not (a health check)
 
 Run "worker <command> -h" for a command's flags.
 `
@@ -143,6 +144,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return enqueue(ctx, rest, stdout, stderr)
 	case "provider-sim":
 		return providerSim(ctx, rest, stdout, stderr)
+	case "probe":
+		return probeCmd(ctx, rest, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":

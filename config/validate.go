@@ -91,6 +91,7 @@ func (c *Config) Validate() error {
 	w := c.Worker
 	p.check(w.Concurrency >= 1, "worker.concurrency", "must be >= 1, got %d", w.Concurrency)
 	p.check(w.MaxInlineWait >= 0, "worker.max_inline_wait", "must be >= 0, got %s", w.MaxInlineWait)
+	p.check(w.LowHorizon >= 0, "worker.low_horizon", "must be >= 0, got %s", w.LowHorizon)
 	p.check(w.MaxAttempts >= 1, "worker.max_attempts", "must be >= 1, got %d", w.MaxAttempts)
 	p.check(w.MaxDeferralAge > 0, "worker.max_deferral_age", "must be > 0, got %s", w.MaxDeferralAge)
 	p.check(w.ShutdownTimeout > 0, "worker.shutdown_timeout", "must be > 0, got %s", w.ShutdownTimeout)

@@ -90,11 +90,19 @@ func (w *Worker) admit(ctx context.Context, s *settlement, a *admission) bool {
 // at most MaxInlineWait in a handling. Held back by the in-flight cap, the job asks again as soon as a
 // lease ends, or after RetryAfter (waitDenied).
 func (w *Worker) reserve(ctx context.Context, s *settlement, a *admission) bool {
+	if a.low { // one low job of the provider asks at a time (priority.go)
+		leave, ok := w.enterLane(ctx, a)
+		if !ok {
+			s.requeue(ctx)
+			return false
+		}
+		defer leave()
+	}
 	err := w.ask(ctx, a)
 	for err == nil && !a.verdict.Allowed && !a.verdict.Cancelled && a.denied+a.verdict.RetryAfter <= w.cfg.MaxInlineWait {
 		w.metrics.decided(a.provider, DecisionDenied)
 		began := w.now()
-		if !w.waitDenied(ctx, a.provider, a.verdict) {
+		if !w.waitDenied(ctx, a.provider, a.verdict, a.low) {
 			s.requeue(ctx) // shutting down: the job goes back untouched
 			return false
 		}
@@ -109,7 +117,12 @@ func (w *Worker) reserve(ctx context.Context, s *settlement, a *admission) bool 
 // ask makes one ReserveFor for the admission, and notes when it left and when its answer came.
 func (w *Worker) ask(ctx context.Context, a *admission) error {
 	a.asked = w.now()
-	v, err := w.gate.ReserveFor(ctx, a.provider, a.merchant, a.gateID, a.cost, w.cfg.MaxInlineWait)
+	maxWait := w.cfg.MaxInlineWait
+	if a.low {
+		maxWait = w.cfg.LowHorizon
+	}
+	w.metrics.classCalls.WithLabelValues(a.provider, string(a.class)).Inc()
+	v, err := w.gate.ReserveFor(ctx, a.provider, a.merchant, a.gateID, a.cost, maxWait)
 	a.answered = w.now()
 	a.verdict = v
 	return err
@@ -118,7 +131,10 @@ func (w *Worker) ask(ctx context.Context, a *admission) error {
 // waitDenied waits out a denial: its RetryAfter, or for a job held back by the in-flight cap, until a
 // lease of the provider ends if that comes first. False when ctx ended. (Its timers run on the real
 // clock, not the worker's.)
-func (w *Worker) waitDenied(ctx context.Context, provider string, v gate.Verdict) bool {
+func (w *Worker) waitDenied(ctx context.Context, provider string, v gate.Verdict, low bool) bool {
+	if !v.InFlight && low {
+		return Sleep(ctx, v.RetryAfter+w.laneStride()) // the lane's next jobs take what opened meanwhile
+	}
 	if !v.InFlight {
 		return Sleep(ctx, v.RetryAfter)
 	}

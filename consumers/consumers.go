@@ -60,11 +60,12 @@ import (
 	"github.com/paygate/paygate/providers"
 )
 
-// Broker is what the core needs from a queue: one stream of deliveries per provider. The stream ends
-// (the channel closes) after ctx is done and the broker has stopped consuming; deliveries received after
-// that are returned with Requeue.
+// Broker is what the core needs from a queue: one stream of deliveries per route, a provider's class
+// (Route: the provider's name for its normal jobs, <provider>.high and <provider>.low for the others).
+// The stream ends (the channel closes) after ctx is done and the broker has stopped consuming;
+// deliveries received after that are returned with Requeue. A delivery deferred comes back on its route.
 type Broker interface {
-	Consume(ctx context.Context, provider string) (<-chan Delivery, error)
+	Consume(ctx context.Context, route string) (<-chan Delivery, error)
 }
 
 // Delivery is one message. Settling it (Ack, Defer, DeadLetter, Requeue) exactly once is the core's job;
@@ -116,6 +117,7 @@ const (
 	HeaderStatus    = "x-paygate-status"     // dead letters: the provider's HTTP status, when it answered
 	HeaderDeadAt    = "x-paygate-dead-at"    // dead letters (RabbitMQ): unix ms when it was dead-lettered
 	HeaderReplays   = "x-paygate-replays"    // times `worker dead replay` put the job back
+	HeaderPriority  = "x-paygate-priority"   // deferred and dead high or low jobs: the class they arrived in
 )
 
 // ErrorText is an error as a header carries it: at most 1 KiB, valid UTF-8.
@@ -167,6 +169,7 @@ type Dispatcher interface {
 type Config struct {
 	Concurrency     int           // in-flight jobs per provider
 	MaxInlineWait   time.Duration // longest reservation slept in-process
+	LowHorizon      time.Duration // longest reservation a low job asks for (0: as the others; priority.go)
 	MaxAttempts     int
 	MaxDeferralAge  time.Duration
 	ShutdownTimeout time.Duration
@@ -231,6 +234,7 @@ type Worker struct {
 	id          string               // this worker, to the gate's margin
 	late        map[string]*lateness // each provider's recent wake-ups, for ReportLateness
 	breakers    *breakers            // the providers' breakers, as this worker knows them (UseBreaker; nil: none)
+	classes     map[string]*classes  // each provider's priority classes: its low lane (priority.go)
 }
 
 // New returns a worker. metrics may be nil.
@@ -257,15 +261,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttle.Log{}, lateLog: &throttle.Log{}, resultLog: &throttle.Log{},
 		settleSlots: make(chan struct{}, 2*cfg.Concurrency*len(cfg.Providers)),
-		signals:     newSignals(), id: workerID(), late: newLateness(cfg.Providers)}, nil
-}
-
-// streamOf takes deliveries from a stream in its order; false once it has closed.
-func streamOf(deliveries <-chan Delivery) func() (Delivery, bool) {
-	return func() (Delivery, bool) {
-		d, ok := <-deliveries
-		return d, ok
-	}
+		signals:     newSignals(), id: workerID(), late: newLateness(cfg.Providers), classes: newClasses(cfg.Providers)}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -286,29 +282,34 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 	defer stopJournal()
 	journalDone := make(chan struct{})
 	go func() { w.writeJournal(journal); close(journalDone) }()
-	streams := map[string]<-chan Delivery{}
+	streams := map[string][]<-chan Delivery{} // by provider, highest class first (Routes)
 	for _, p := range names {
-		deliveries, err := b.Consume(ctx, p)
-		if err != nil {
-			return fmt.Errorf("consumers: consume %s: %w", p, err)
+		for _, route := range Routes(p) {
+			deliveries, err := b.Consume(ctx, route)
+			if err != nil {
+				return fmt.Errorf("consumers: consume %s: %w", route, err)
+			}
+			streams[p] = append(streams[p], deliveries)
 		}
-		streams[p] = deliveries
 	}
 	for _, p := range names {
-		next := streamOf(streams[p])
-		if weights, fair := w.cfg.Fair[p]; fair {
-			q := newFairQueue(weights, w.cfg.ReadAhead)
-			wg.Go(func() { q.feed(streams[p]) })
-			next = q.pop
+		// Waiting their turn, by class; fair shares inside each class for the providers that have them
+		// (read ahead up to ReadAhead), else in the order they came (two per handler ahead, so that a
+		// class's next is there when a handler comes back; RabbitMQ's prefetch holds them anyway).
+		weights, fair := w.cfg.Fair[p]
+		limit := max(2*w.cfg.Concurrency, 8)
+		if fair {
+			limit = w.cfg.ReadAhead
 		}
+		queue := w.classes[p].newClassQueues(w.now, streams[p], weights, fair, limit, wg.Go)
 		for range w.cfg.Concurrency {
 			wg.Go(func() {
-				for d, ok := next(); ok; d, ok = next() {
+				for d, class, ok := queue.pop(); ok; d, class, ok = queue.pop() {
 					if ctx.Err() != nil {
 						_ = d.Requeue(work) // shutting down: back to the queue, untouched
 						continue
 					}
-					w.Handle(work, p, d)
+					w.handle(work, p, class, d)
 				}
 			})
 		}

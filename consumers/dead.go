@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/paygate/paygate/job"
 	"github.com/paygate/paygate/providers"
 )
 
@@ -26,15 +27,16 @@ const (
 
 // DeadInfo is what a dead letter says of itself, from its headers (and on Kafka its record).
 type DeadInfo struct {
-	Where     string    // where the broker holds it: "X.dead" (RabbitMQ), "T.dead/<partition>/<offset>" (Kafka)
-	Provider  string    // the provider whose queue or topic it died on ("" when it does not say)
-	Reason    Reason    // "" when it does not say
-	Error     string    // the last error (ErrorText)
-	Status    int       // the provider's HTTP status, when it answered (HeaderStatus); 0 otherwise
-	Attempt   int       // failed requests (HeaderAttempt)
-	FirstSeen time.Time // zero when not known
-	DeadAt    time.Time // zero when not known (a dead letter older than HeaderDeadAt)
-	Replays   int       // times it was replayed before (HeaderReplays)
+	Where     string       // where the broker holds it: "X.dead" (RabbitMQ), "T.dead/<partition>/<offset>" (Kafka)
+	Provider  string       // the provider whose queue or topic it died on ("" when it does not say)
+	Priority  job.Priority // the class it died in (HeaderPriority; "" for normal): a replay goes back to it
+	Reason    Reason       // "" when it does not say
+	Error     string       // the last error (ErrorText)
+	Status    int          // the provider's HTTP status, when it answered (HeaderStatus); 0 otherwise
+	Attempt   int          // failed requests (HeaderAttempt)
+	FirstSeen time.Time    // zero when not known
+	DeadAt    time.Time    // zero when not known (a dead letter older than HeaderDeadAt)
+	Replays   int          // times it was replayed before (HeaderReplays)
 	State     DeadState
 	// Returned counts how often the broker has handed it out and had it back (RabbitMQ's x-delivery-count
 	// or x-acquired-count, the larger); 0 on Kafka.
@@ -94,7 +96,7 @@ func VisitDead(letters []DeadLetter, visit func(DeadLetter) (bool, error)) error
 // first seen longer ago than max_deferral_age.
 func ReplayHeader(key string) bool {
 	switch key {
-	case HeaderAttempt, HeaderFirstSeen, HeaderReason, HeaderError, HeaderNotBefore, HeaderProvider,
+	case HeaderAttempt, HeaderFirstSeen, HeaderReason, HeaderError, HeaderNotBefore, HeaderProvider, HeaderPriority,
 		HeaderStatus, HeaderDeadAt, HeaderReplays,
 		"x-death", "x-delivery-count", "x-acquired-count", "x-first-death-exchange", "x-first-death-queue",
 		"x-first-death-reason", "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason":

@@ -19,14 +19,16 @@ import (
 // published. A merchant whose backlog is deeper than the fleet's read-ahead (prefetch times processes)
 // holds back the jobs published after it by that much of its backlog, at the provider's rate.
 
-// fairQueue is one provider's deliveries, by merchant.
+// fairQueue is one provider's deliveries (of one class), by merchant; or in one queue, in the order they
+// came, when fifo.
 type fairQueue struct {
 	weights map[string]int // weight per merchant; absent: 1
 	limit   int            // deliveries held at most (the read-ahead); the stream waits beyond
+	fifo    bool           // no fair shares: every delivery in one queue
 
-	mu      sync.Mutex
-	cond    *sync.Cond // a delivery was queued, or the stream closed
-	space   *sync.Cond // a delivery was taken
+	mu      *sync.Mutex // shared with the provider's other classes' queues (classQueues)
+	cond    *sync.Cond  // a delivery was queued, or a stream closed (shared likewise)
+	space   *sync.Cond  // a delivery was taken
 	pending int
 	queues  map[string][]Delivery // merchants with deliveries waiting
 	turn    []string              // those merchants, in turn order
@@ -36,15 +38,25 @@ type fairQueue struct {
 }
 
 func newFairQueue(weights map[string]int, limit int) *fairQueue {
-	q := &fairQueue{weights: weights, limit: max(limit, 1), queues: map[string][]Delivery{}}
-	q.cond, q.space = sync.NewCond(&q.mu), sync.NewCond(&q.mu)
+	mu := &sync.Mutex{}
+	return newFairQueueOn(mu, sync.NewCond(mu), weights, limit)
+}
+
+// newFairQueueOn is a queue under a lock and a "queued" condition shared with others (classQueues).
+func newFairQueueOn(mu *sync.Mutex, queued *sync.Cond, weights map[string]int, limit int) *fairQueue {
+	q := &fairQueue{weights: weights, limit: max(limit, 1), queues: map[string][]Delivery{}, mu: mu, cond: queued}
+	q.space = sync.NewCond(mu)
 	return q
 }
 
 // feed reads a stream into the queue until it closes, then closes the queue.
 func (q *fairQueue) feed(deliveries <-chan Delivery) {
 	for d := range deliveries {
-		q.push(merchantOf(d.Body()), d)
+		merchant := ""
+		if !q.fifo {
+			merchant = merchantOf(d.Body())
+		}
+		q.push(merchant, d)
 	}
 	q.mu.Lock()
 	q.closed = true
@@ -89,6 +101,11 @@ func (q *fairQueue) pop() (Delivery, bool) {
 		}
 		q.cond.Wait()
 	}
+	return q.take(), true
+}
+
+// take takes the next delivery in turn, under q.mu; one must be waiting.
+func (q *fairQueue) take() Delivery {
 	if q.next >= len(q.turn) {
 		q.next, q.served = 0, 0
 	}
@@ -111,7 +128,7 @@ func (q *fairQueue) pop() (Delivery, bool) {
 	default:
 		q.queues[m] = waiting
 	}
-	return d, true
+	return d
 }
 
 func (q *fairQueue) weight(merchant string) int {

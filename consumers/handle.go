@@ -18,9 +18,14 @@ import (
 // delivery by the provider's answer (settle.go). A step that settles the delivery itself returns false,
 // and the handling ends there.
 func (w *Worker) Handle(ctx context.Context, provider string, d Delivery) {
+	w.handle(ctx, provider, job.Normal, d)
+}
+
+// handle is Handle for a delivery of the provider's class's stream (Route).
+func (w *Worker) handle(ctx context.Context, provider string, class job.Priority, d Delivery) {
 	w.metrics.inflight.WithLabelValues(provider).Inc()
 	defer w.metrics.inflight.WithLabelValues(provider).Dec()
-	s := &settlement{w: w, d: d, provider: provider, attempt: d.Attempt()}
+	s := &settlement{w: w, d: d, provider: provider, class: class, attempt: d.Attempt()}
 	j, ok := w.decode(ctx, s)
 	if !ok || !w.untilNotBefore(ctx, s, j) {
 		return
@@ -53,6 +58,9 @@ func (w *Worker) decode(ctx context.Context, s *settlement) (*job.Job, bool) {
 	if err == nil && j.Provider != s.provider {
 		err = &job.InvalidError{Field: "provider", Msg: fmt.Sprintf("%q arrived on the queue of %s", j.Provider, s.provider)}
 	}
+	if err == nil && j.Class() != s.class {
+		err = &job.InvalidError{Field: "priority", Msg: fmt.Sprintf("%q arrived on the queue of %s (%s)", j.Class(), Route(s.provider, s.class), s.class)}
+	}
 	if err != nil {
 		s.deadLetter(ctx, ReasonInvalid, OutcomeInvalid, err)
 		return nil, false
@@ -79,6 +87,8 @@ type admission struct {
 	gateID   string // the job's member in the gate's log for this attempt (GateID)
 	cost     int64
 	shadow   bool // the provider is in shadow mode: the gate is asked and counted, nothing waits
+	class    job.Priority
+	low      bool // a low job: it asks within LowHorizon, through its provider's lane (priority.go)
 	probe    bool // the job holds its provider's breaker's probe (breaker.go): it goes through the hold
 
 	// The gate's answer.
@@ -107,7 +117,7 @@ type admission struct {
 // newAdmission is the admission a job of provider asks for on this attempt.
 func (w *Worker) newAdmission(provider string, j *job.Job, attempt int) *admission {
 	return &admission{provider: provider, merchant: j.Merchant, gateID: GateID(j.ID, attempt), cost: j.Cost,
-		shadow: w.cfg.Shadow[provider]}
+		shadow: w.cfg.Shadow[provider], class: j.Class(), low: j.Class() == job.Low && w.cfg.LowHorizon > 0}
 }
 
 // landTimeout bounds Land on the way to settling a job: best effort, since a lease lapses by itself.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paygate/paygate/job"
 	"github.com/paygate/paygate/providers"
 )
 
@@ -27,6 +28,11 @@ type Metrics struct {
 	// paygate_breaker_opened_total{provider}: openings (and reopenings) this worker's reports made
 	breaker       *prometheus.GaugeVec
 	breakerOpened *prometheus.CounterVec
+	// paygate_priority_jobs_total{provider,priority,outcome}: jobs settled by class (the class of the
+	// queue or topic they arrived on); paygate_priority_gate_calls_total{provider,priority}: the gate's
+	// reserve calls by class, so that calls per job show (priority.go)
+	classJobs  *prometheus.CounterVec
+	classCalls *prometheus.CounterVec
 }
 
 // NewMetrics creates the series and registers them with reg (nil: not registered, for tests).
@@ -54,6 +60,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "How long after its reserved slot a job's request started; kept under half the margin in force.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, 1},
 		}, []string{"provider"}),
+		classJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paygate_priority_jobs_total", Help: "Jobs settled, by provider, priority class (high, normal, low) and outcome.",
+		}, []string{"provider", "priority", "outcome"}),
+		classCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paygate_priority_gate_calls_total", Help: "The gate's reserve calls for jobs, by provider and priority class (high, normal, low).",
+		}, []string{"provider", "priority"}),
 		merchantJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paygate_merchant_jobs_total",
 			Help: "Jobs settled by merchant, for providers with fair shares: a merchant named in the configuration, _other, or _none.",
@@ -72,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"provider"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin, m.merchantJobs, m.results, m.breaker, m.breakerOpened)
+		reg.MustRegister(m.jobs, m.gateWait, m.decisions, m.dispatch, m.inflight, m.lateness, m.margin, m.merchantJobs, m.results, m.breaker, m.breakerOpened, m.classJobs, m.classCalls)
 	}
 	return m
 }
@@ -86,6 +98,10 @@ func (m *Metrics) Touch(provider string) {
 	m.inflight.WithLabelValues(provider)
 	m.lateness.WithLabelValues(provider)
 	m.results.WithLabelValues(provider, ResultSucceeded) // 0 while results.enabled is off
+	for _, c := range job.Priorities {
+		m.classJobs.WithLabelValues(provider, string(c), string(OutcomeSucceeded))
+		m.classCalls.WithLabelValues(provider, string(c))
+	}
 }
 
 // decided counts a decision of the worker on a gate's answer for provider.

@@ -53,7 +53,7 @@ func kafkaCensus(ctx context.Context, cfg *config.Config) (c *census, err error)
 	k := kafkaTopics{
 		cluster: cluster,
 		cl:      &kafkago.Client{Addr: kafkago.TCP(cluster.Brokers...), Timeout: 10 * time.Second, Transport: tr},
-		names:   append(append(slices.Clone(names.Providers), names.Delays...), names.Dead),
+		names:   append(append(append(slices.Clone(names.Providers), names.Classes...), names.Delays...), names.Dead),
 		dead:    names.Dead,
 	}
 	defer func() {
@@ -212,7 +212,7 @@ func rabbitCensus(ctx context.Context, url string, cfg *config.Config, secret fu
 			err = fmt.Errorf("demo: deleting the demo's topology: %w", derr)
 		}
 	}()
-	all := append(append(slices.Clone(topo.Delays), topo.Providers...), topo.Dead)
+	all := append(append(append(slices.Clone(topo.Delays), topo.Providers...), topo.Classes...), topo.Dead)
 	c = newCensus()
 	take := func(q string) (int, error) {
 		n := 0

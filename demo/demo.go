@@ -568,7 +568,19 @@ func (r *referee) count() int {
 
 // publisher is what the producer needs of a broker.
 type publisher interface {
-	Publish(ctx context.Context, provider string, body []byte) error
+	Publish(ctx context.Context, route string, body []byte) error // route: consumers.Route
+}
+
+// classOf is the priority of the demo's n-th job: one in ten high, two in ten low, the rest normal, each
+// published to its class's queue or topic.
+func classOf(n int) job.Priority {
+	switch n % 10 {
+	case 1:
+		return job.High
+	case 2, 3:
+		return job.Low
+	}
+	return job.Normal
 }
 
 // producer publishes synthetic jobs, every badEvery-th of them invalid.
@@ -602,8 +614,13 @@ func (p *producer) publish(ctx context.Context, provider string, count int) erro
 		if n%badEvery == 0 {
 			currency = "eur" // refused by the job contract: dead-lettered with the reason
 		}
-		body := fmt.Appendf(nil, `{"id":%q,"provider":%q,"amount":%d,"currency":%q,"merchant":"m_%d"}`, id, provider, 100+n%9900, currency, n%50)
-		if err := p.b.Publish(ctx, provider, body); err != nil {
+		class := classOf(n)
+		priority := ""
+		if class != job.Normal {
+			priority = fmt.Sprintf(`,"priority":%q`, class)
+		}
+		body := fmt.Appendf(nil, `{"id":%q,"provider":%q,"amount":%d,"currency":%q,"merchant":"m_%d"%s}`, id, provider, 100+n%9900, currency, n%50, priority)
+		if err := p.b.Publish(ctx, consumers.Route(provider, class), body); err != nil {
 			return err
 		}
 		if _, err := job.Decode(body, map[string]int64{provider: 1}); err != nil {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"slices"
 
 	"github.com/paygate/paygate/config"
 	"github.com/paygate/paygate/consumers/kafka"
@@ -11,17 +12,22 @@ import (
 
 // Backlog returns a reader of the jobs waiting for each provider in the broker the configuration names,
 // by provider name, for the operator's view (worker dashboard): on RabbitMQ the ready messages of the
-// providers' queues, by passive declares on a connection of its own, which the returned func closes; on
+// providers. queues (every class together), by passive declares on a connection of its own, which the returned func closes; on
 // Kafka the consumer group's lag on the providers' topics. On RabbitMQ without a URL (the variable
 // broker.rabbitmq.url_env names is not set) it returns nil and a no-op close: there is no backlog to read.
 func Backlog(c *config.Config, o Options) (dashboard.Backlog, func(), error) {
 	names := c.ProviderNames()
-	keys := BrokerNames(c).Providers // a queue or topic per provider, in names' order
-	byName := func(got map[string]int64) map[string]int64 {
-		out := make(map[string]int64, len(got))
-		for i, k := range keys {
+	bn := BrokerNames(c)
+	owner := map[string]string{} // queue or topic -> provider: one per provider and class
+	for i, k := range bn.Providers {
+		owner[k], owner[bn.Classes[2*i]], owner[bn.Classes[2*i+1]] = names[i], names[i], names[i]
+	}
+	keys := append(slices.Clone(bn.Providers), bn.Classes...)
+	byName := func(got map[string]int64) map[string]int64 { // every class of a provider together
+		out := make(map[string]int64, len(names))
+		for _, k := range keys {
 			if n, ok := got[k]; ok {
-				out[names[i]] = n
+				out[owner[k]] += n
 			}
 		}
 		return out

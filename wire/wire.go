@@ -37,7 +37,7 @@ func (e ConfigError) Unwrap() error { return e.Err }
 type Broker interface {
 	consumers.Broker
 	consumers.ResultSink
-	Publish(ctx context.Context, provider string, body []byte) error
+	Publish(ctx context.Context, route string, body []byte) error // route: consumers.Route (the provider, or <provider>.high, <provider>.low)
 	Ready() error
 	Close() error
 }
@@ -146,6 +146,7 @@ func Core(c *config.Config) consumers.Config {
 	return consumers.Config{
 		Concurrency:     c.Worker.Concurrency,
 		MaxInlineWait:   c.Worker.MaxInlineWait,
+		LowHorizon:      min(c.Worker.LowHorizon, c.Worker.MaxInlineWait),
 		MaxAttempts:     c.Worker.MaxAttempts,
 		MaxDeferralAge:  c.Worker.MaxDeferralAge,
 		ShutdownTimeout: c.Worker.ShutdownTimeout,
@@ -422,6 +423,7 @@ func (p *Parts) Close() {
 // census, a dashboard) take the names from here.
 type Names struct {
 	Providers []string // in c.ProviderNames() order
+	Classes   []string // each provider's high and low queues or topics, in c.ProviderNames() order
 	Delays    []string // in delay_tiers order
 	Dead      string
 }
@@ -431,10 +433,10 @@ func BrokerNames(c *config.Config) Names {
 	switch c.Broker.Kind {
 	case "kafka":
 		t := kafka.TopicsOf(c.Broker.Kafka.TopicPrefix, c.ProviderNames(), c.Worker.DelayTiers)
-		return Names{Providers: t.Providers, Delays: t.Retries, Dead: t.Dead}
+		return Names{Providers: t.Providers, Classes: t.Classes, Delays: t.Retries, Dead: t.Dead}
 	default:
 		t := rabbitmq.TopologyOf(c.Broker.RabbitMQ.Exchange, c.ProviderNames(), c.Worker.DelayTiers)
-		return Names{Providers: t.Queues, Delays: t.Delays, Dead: t.Dead}
+		return Names{Providers: t.Queues, Classes: t.Classes, Delays: t.Delays, Dead: t.Dead}
 	}
 }
 

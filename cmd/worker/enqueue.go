@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/job"
 	"github.com/paygate/paygate/wire"
 )
@@ -25,12 +26,16 @@ func enqueue(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rate := fs.Float64("rate", 0, "jobs per second (0: as fast as confirms allow)")
 	fs.StringVar(&s.prefix, "id-prefix", "", "synthetic job ids are <prefix>-<n> (default: a random prefix)")
 	fs.StringVar(&s.merchants, "merchant", "", "merchant of the synthetic jobs; a comma list takes turns (default: m_0 ... m_49 in turn)")
+	fs.StringVar(&s.priority, "priority", "", "priority of the synthetic jobs: high, normal or low (default: none, which is normal); each goes to its class's queue or topic")
 	file := fs.String("file", "", "JSON-lines file of jobs to publish instead ('-': stdin)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if (*file == "") == (s.provider == "" || s.count <= 0) {
 		return usageError{errors.New("enqueue: give either --provider NAME --count N, or --file jobs.jsonl")}
+	}
+	if s.priority != "" && (*file != "" || !job.ValidPriority(job.Priority(s.priority))) {
+		return usageError{fmt.Errorf("enqueue: --priority %q: want high, normal or low, for synthetic jobs (a file's jobs give their own)", s.priority)}
 	}
 	c, err := loadConfig(*path, stderr)
 	if err != nil {
@@ -114,6 +119,7 @@ type synthetic struct {
 	cost      int64
 	prefix    string // empty: a random one
 	merchants string // a comma list; empty: m_0 ... m_49
+	priority  string // "": none (normal)
 }
 
 // jobs makes the synthetic jobs, each checked as a worker will decode it. path is the configuration file,
@@ -143,7 +149,8 @@ func (s synthetic) jobs(path string, maxCost map[string]int64, endpoints job.End
 			Currency string `json:"currency"`
 			Merchant string `json:"merchant"`
 			Cost     int64  `json:"cost"`
-		}{fmt.Sprintf("%s-%d", prefix, i), s.provider, 100 + i%9900, "EUR", merchant, s.cost})
+			Priority string `json:"priority,omitempty"`
+		}{fmt.Sprintf("%s-%d", prefix, i), s.provider, 100 + i%9900, "EUR", merchant, s.cost, s.priority})
 		j, err := job.DecodeFor(body, maxCost, endpoints)
 		if err != nil {
 			return nil, usageError{fmt.Errorf("enqueue: %w", err)}
@@ -168,7 +175,8 @@ func (s synthetic) merchantNames() ([]string, error) {
 	return names, nil
 }
 
-// publish publishes the jobs in order, each confirmed, at most rate a second (0: as fast as confirms allow).
+// publish publishes the jobs in order, each to its provider's queue or topic for its class
+// (consumers.Route), each confirmed, at most rate a second (0: as fast as confirms allow).
 func publish(ctx context.Context, b wire.Broker, rate float64, items []enqueued) error {
 	var tick <-chan time.Time
 	if rate > 0 {
@@ -184,7 +192,7 @@ func publish(ctx context.Context, b wire.Broker, rate float64, items []enqueued)
 				return fmt.Errorf("enqueue: interrupted after %d of %d jobs", i, len(items))
 			}
 		}
-		if err := b.Publish(ctx, it.j.Provider, it.body); err != nil {
+		if err := b.Publish(ctx, consumers.Route(it.j.Provider, it.j.Class()), it.body); err != nil {
 			return fmt.Errorf("enqueue: job %s (line %d): %w; %d of %d published", it.j.ID, it.line, err, i, len(items))
 		}
 	}

@@ -14,7 +14,7 @@ import (
 func DeleteTopics(ctx context.Context, c Cluster, t Topics) error {
 	cl, closeIdle := c.client(10 * time.Second)
 	defer closeIdle()
-	topics := append(append(slices.Clone(t.Providers), t.Retries...), t.Dead, t.Results)
+	topics := append(append(append(slices.Clone(t.Providers), t.Classes...), t.Retries...), t.Dead, t.Results)
 	res, err := cl.DeleteTopics(ctx, &kafkago.DeleteTopicsRequest{Topics: topics})
 	if err != nil {
 		return c.explain(ctx, "deleting topics", err)

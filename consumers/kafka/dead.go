@@ -13,6 +13,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/job"
 )
 
 // MarksTopic is where the operator's tools record what became of T.dead's records (T.dead.marks): a topic
@@ -186,7 +187,8 @@ func (d *Dead) infoOf(m kafkago.Message) consumers.DeadInfo {
 	num := func(k string) int { n, _ := strconv.Atoi(h[k]); return n }
 	info := consumers.DeadInfo{
 		Where: fmt.Sprintf("%s/%d/%d", m.Topic, m.Partition, m.Offset), Provider: h[consumers.HeaderProvider],
-		Reason: consumers.Reason(h[consumers.HeaderReason]), Error: h[consumers.HeaderError], Status: num(consumers.HeaderStatus),
+		Priority: job.Priority(h[consumers.HeaderPriority]),
+		Reason:   consumers.Reason(h[consumers.HeaderReason]), Error: h[consumers.HeaderError], Status: num(consumers.HeaderStatus),
 		Attempt: num(consumers.HeaderAttempt), DeadAt: m.Time, Replays: num(consumers.HeaderReplays),
 		State: consumers.DeadStateDead, Body: m.Value,
 	}
@@ -207,7 +209,8 @@ func (l *deadLetter) Info() consumers.DeadInfo { return l.info }
 
 func (l *deadLetter) key() string { return fmt.Sprintf("%d/%d", l.m.Partition, l.m.Offset) }
 
-// Replay produces a copy to T.<provider> (acknowledged by every in-sync replica), then marks the dead
+// Replay produces a copy to its route's topic (T.<provider>, or T.<provider>.high or .low for the class it
+// died in; acknowledged by every in-sync replica), then marks the dead
 // letter replayed. Killed between the two, the dead letter stays unmarked, and a second replay sends the
 // job again under its id and idempotency key.
 func (l *deadLetter) Replay(ctx context.Context) error {
@@ -225,8 +228,9 @@ func (l *deadLetter) Replay(ctx context.Context) error {
 	}
 	h[consumers.HeaderReplays] = strconv.Itoa(l.info.Replays + 1)
 	h[consumers.HeaderFirstSeen] = strconv.FormatInt(time.Now().UnixMilli(), 10)
-	if err := l.d.b.produce(ctx, l.d.b.topic(l.info.Provider), l.m.Value, h); err != nil {
-		return fmt.Errorf("kafka: replay to %s: %w", l.d.b.topic(l.info.Provider), err)
+	topic := l.d.b.topic(consumers.Route(l.info.Provider, l.info.Priority))
+	if err := l.d.b.produce(ctx, topic, l.m.Value, h); err != nil {
+		return fmt.Errorf("kafka: replay to %s: %w", topic, err)
 	}
 	return l.mark(ctx, consumers.DeadStateReplayed)
 }

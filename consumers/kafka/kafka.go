@@ -3,7 +3,10 @@
 // Topics derive from the prefix T and are created when missing:
 //
 //	T.<provider>      jobs for one provider
-//	T.retry.<tier>    deferred jobs; held until their not-before header, then produced back to T.<provider>
+//	T.<provider>.high its high and low jobs (consumers.Route)
+//	T.<provider>.low
+//	T.retry.<tier>    deferred jobs; held until their not-before header, then produced back to the topic
+//	                  of their provider and class (T.<provider>, T.<provider>.high, T.<provider>.low)
 //	T.dead            dead letters, with x-paygate-* headers saying why
 //
 // One consumer-group member per process subscribes to all of them (kafka-go's ConsumerGroup/Generation
@@ -32,6 +35,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/job"
 )
 
 // Options configure the adapter.
@@ -56,7 +60,7 @@ type Broker struct {
 	transport *kafkago.Transport // the writer's
 
 	mu      sync.Mutex
-	streams map[string]chan consumers.Delivery // by provider, for the current run
+	streams map[string]chan consumers.Delivery // by route (consumers.Route), for the current run
 	started bool                               // a run is going
 	done    chan struct{}                      // closed when the current run has ended
 	ready   error
@@ -104,15 +108,16 @@ func Open(ctx context.Context, o Options) (*Broker, error) {
 	return b, nil
 }
 
-func (b *Broker) topic(provider string) string { return b.o.TopicPrefix + "." + provider }
-func (b *Broker) dead() string                 { return b.o.TopicPrefix + ".dead" }
+// topic is a route's topic (consumers.Route): T.<provider>, T.<provider>.high, T.<provider>.low.
+func (b *Broker) topic(route string) string { return b.o.TopicPrefix + "." + route }
+func (b *Broker) dead() string              { return b.o.TopicPrefix + ".dead" }
 func (b *Broker) retry(tier time.Duration) string {
 	return b.o.TopicPrefix + ".retry." + consumers.TierName(tier)
 }
-func (b *Broker) isRetry(topic string) bool {
-	return strings.HasPrefix(topic, b.o.TopicPrefix+".retry.")
+func (b *Broker) isRetry(topic string) bool { // a provider named retry has T.retry.high, not a tier
+	return strings.HasPrefix(topic, b.o.TopicPrefix+".retry.") && slices.ContainsFunc(b.o.DelayTiers, func(t time.Duration) bool { return b.retry(t) == topic })
 }
-func (b *Broker) providerOf(topic string) string {
+func (b *Broker) routeOf(topic string) string {
 	return strings.TrimPrefix(topic, b.o.TopicPrefix+".")
 }
 
@@ -125,10 +130,10 @@ func (b *Broker) topics() []string {
 	return append(ts, b.consumed()...)
 }
 
-// consumed are the topics the group reads: each provider's, and each delay tier's.
+// consumed are the topics the group reads: each provider's (one per class), and each delay tier's.
 func (b *Broker) consumed() []string {
 	var ts []string
-	for _, p := range b.o.Providers {
+	for _, p := range routes(b.o.Providers) {
 		ts = append(ts, b.topic(p))
 	}
 	for _, t := range b.o.DelayTiers {
@@ -171,9 +176,10 @@ func (b *Broker) createTopics(ctx context.Context) error {
 	return fmt.Errorf("kafka: no broker reachable: %w", lastErr)
 }
 
-// Publish produces a job to T.<provider> and waits for every in-sync replica.
-func (b *Broker) Publish(ctx context.Context, provider string, body []byte) error {
-	return b.writer.WriteMessages(ctx, kafkago.Message{Topic: b.topic(provider), Value: body, Time: time.Now()})
+// Publish produces a job to its route's topic (consumers.Route: T.<provider>, T.<provider>.high,
+// T.<provider>.low) and waits for every in-sync replica.
+func (b *Broker) Publish(ctx context.Context, route string, body []byte) error {
+	return b.writer.WriteMessages(ctx, kafkago.Message{Topic: b.topic(route), Value: body, Time: time.Now()})
 }
 
 // Ready reports whether the group is consuming (for /readyz).
@@ -200,20 +206,21 @@ func (b *Broker) Close() error {
 // newRun prepares the streams of the next run.
 func (b *Broker) newRun() {
 	b.streams = map[string]chan consumers.Delivery{}
-	for _, p := range b.o.Providers {
-		b.streams[p] = make(chan consumers.Delivery)
+	for _, r := range routes(b.o.Providers) {
+		b.streams[r] = make(chan consumers.Delivery)
 	}
 	b.done = make(chan struct{})
 }
 
-// Consume returns provider's stream; the first call of a run starts the group member, which serves every
-// provider's stream until ctx is done, then closes them all. A later Consume starts a new run.
-func (b *Broker) Consume(ctx context.Context, provider string) (<-chan consumers.Delivery, error) {
+// Consume returns a route's stream (consumers.Route: a provider's, or its high or low jobs'); the first
+// call of a run starts the group member, which serves every route's stream until ctx is done, then closes
+// them all. A later Consume starts a new run.
+func (b *Broker) Consume(ctx context.Context, route string) (<-chan consumers.Delivery, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ch, ok := b.streams[provider]
+	ch, ok := b.streams[route]
 	if !ok {
-		return nil, fmt.Errorf("kafka: provider %s is not configured", provider)
+		return nil, fmt.Errorf("kafka: provider %s is not configured", route)
 	}
 	if !b.started {
 		b.started = true
@@ -344,10 +351,11 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 			continue
 		}
 		t.add(m.Offset)
-		d := &delivery{m: m, b: b, t: t, provider: b.providerOf(topic), received: time.Now()}
+		d := &delivery{m: m, b: b, t: t, route: b.routeOf(topic), received: time.Now()}
+		d.provider, d.class = consumers.SplitRoute(d.route)
 		t.handOut(1)
 		select {
-		case streams[d.provider] <- d:
+		case streams[d.route] <- d:
 		case <-ctx.Done():
 			t.handOut(-1)
 			return // shutting down: the record stays uncommitted and is read again
@@ -359,7 +367,7 @@ func (b *Broker) partition(ctx, gctx context.Context, gen *kafkago.Generation, t
 }
 
 // release holds a retry record until its not-before time, then produces it back to its provider's
-// topic. It reports false when the context ended first.
+// topic for its class (consumers.HeaderPriority). It reports false when the context ended first.
 func (b *Broker) release(ctx context.Context, m kafkago.Message) bool {
 	h := headers(m.Headers)
 	if ms, err := strconv.ParseInt(h[consumers.HeaderNotBefore], 10, 64); err == nil {
@@ -367,15 +375,15 @@ func (b *Broker) release(ctx context.Context, m kafkago.Message) bool {
 			return false
 		}
 	}
-	provider := h[consumers.HeaderProvider]
-	if !slices.Contains(b.o.Providers, provider) {
+	provider, class := h[consumers.HeaderProvider], job.Priority(h[consumers.HeaderPriority])
+	if !slices.Contains(b.o.Providers, provider) || (class != "" && !job.ValidPriority(class)) {
 		// Not ours to route: dead-letter it rather than lose or loop it.
 		h[consumers.HeaderReason] = string(consumers.ReasonInvalid)
-		h[consumers.HeaderError] = fmt.Sprintf("retry record for unknown provider %q", provider)
+		h[consumers.HeaderError] = fmt.Sprintf("retry record for unknown provider %q or class %q", provider, class)
 		return b.produce(ctx, b.dead(), m.Value, h) == nil
 	}
 	for ctx.Err() == nil {
-		err := b.produce(ctx, b.topic(provider), m.Value, h)
+		err := b.produce(ctx, b.topic(consumers.Route(provider, class)), m.Value, h)
 		if err == nil {
 			return true
 		}
@@ -565,7 +573,9 @@ type delivery struct {
 	m        kafkago.Message
 	b        *Broker
 	t        *tracker
+	route    string // its topic's route (consumers.Route)
 	provider string
+	class    job.Priority
 	received time.Time
 	once     sync.Once
 	onLost   func()
@@ -618,6 +628,7 @@ func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, 
 	h := d.headers(attempt, why)
 	h[consumers.HeaderNotBefore] = strconv.FormatInt(time.Now().Add(after).UnixMilli(), 10)
 	h[consumers.HeaderProvider] = d.provider
+	d.markClass(h)
 	if err := d.b.produce(ctx, d.b.retry(consumers.Tier(d.b.o.DelayTiers, after)), d.m.Value, h); err != nil {
 		return fmt.Errorf("kafka: defer: %w", err) // uncommitted: read again later
 	}
@@ -628,6 +639,7 @@ func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, atte
 	h := d.headers(attempt, why)
 	h[consumers.HeaderReason] = string(reason)
 	h[consumers.HeaderProvider] = d.provider
+	d.markClass(h)
 	markDead(h, why)
 	if err := d.b.produce(ctx, d.b.dead(), d.m.Value, h); err != nil {
 		return fmt.Errorf("kafka: dead-letter: %w", err)
@@ -646,6 +658,14 @@ func (d *delivery) headers(attempt int, why error) map[string]string {
 	return h
 }
 
+// markClass names a high or low job's class in a deferral's or dead letter's headers, so that it goes
+// back to its class's topic.
+func (d *delivery) markClass(h map[string]string) {
+	if d.class != job.Normal {
+		h[consumers.HeaderPriority] = string(d.class)
+	}
+}
+
 func headers(hs []kafkago.Header) map[string]string {
 	out := make(map[string]string, len(hs))
 	for _, h := range hs {
@@ -657,6 +677,7 @@ func headers(hs []kafkago.Header) map[string]string {
 // Topics is what the adapter creates for a topic prefix T: the names an operator, a test or the demo reads.
 type Topics struct {
 	Providers []string // T.<provider>, in the order given
+	Classes   []string // T.<provider>.high and T.<provider>.low, each provider's in the order given
 	Retries   []string // T.retry.<tier>
 	Dead      string   // T.dead
 	Results   string   // T.results (created with results.enabled)
@@ -668,9 +689,19 @@ func TopicsOf(prefix string, providers []string, tiers []time.Duration) Topics {
 	t := Topics{Dead: b.dead(), Results: ResultsTopic(prefix)}
 	for _, p := range providers {
 		t.Providers = append(t.Providers, b.topic(p))
+		t.Classes = append(t.Classes, b.topic(consumers.Route(p, job.High)), b.topic(consumers.Route(p, job.Low)))
 	}
 	for _, d := range tiers {
 		t.Retries = append(t.Retries, b.retry(d))
 	}
 	return t
+}
+
+// routes are the providers' routes (consumers.Routes), each provider's highest class first.
+func routes(providers []string) []string {
+	var out []string
+	for _, p := range providers {
+		out = append(out, consumers.Routes(p)...)
+	}
+	return out
 }

@@ -115,7 +115,7 @@ func readDead(t *testing.T, cl kafka.Cluster, topic string, want int) []conforma
 // The names are a public contract (docs/brokers.md, "Kafka topics").
 func TestTopicsOf(t *testing.T) {
 	got := kafka.TopicsOf("payments", []string{"acme"}, []time.Duration{time.Second, time.Hour})
-	if fmt.Sprint(got) != fmt.Sprint(kafka.Topics{Providers: []string{"payments.acme"},
+	if fmt.Sprint(got) != fmt.Sprint(kafka.Topics{Providers: []string{"payments.acme"}, Classes: []string{"payments.acme.high", "payments.acme.low"},
 		Retries: []string{"payments.retry.1s", "payments.retry.1h"}, Dead: "payments.dead", Results: "payments.results"}) {
 		t.Fatalf("%+v", got)
 	}

@@ -40,7 +40,9 @@ var _ consumers.Broker = (*Broker)(nil)
 func New(capacity int, providers ...string) *Broker {
 	b := &Broker{queues: map[string]chan *Delivery{}, outstanding: map[*Delivery]bool{}}
 	for _, p := range providers {
-		b.queues[p] = make(chan *Delivery, capacity)
+		for _, r := range consumers.Routes(p) { // a queue per class (consumers.Route)
+			b.queues[r] = make(chan *Delivery, capacity)
+		}
 	}
 	return b
 }

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/paygate/paygate/consumers"
+	"github.com/paygate/paygate/job"
 )
 
 // ReasonDeliveryLimit is the reason of a message RabbitMQ itself dead-lettered to X.dead: redelivered more
@@ -114,15 +115,16 @@ func (d *Dead) infoOf(m amqp.Delivery) consumers.DeadInfo {
 		return time.Time{}
 	}
 	info := consumers.DeadInfo{
-		Where: d.b.dead(), Provider: text(consumers.HeaderProvider), Reason: consumers.Reason(text(consumers.HeaderReason)),
-		Error: text(consumers.HeaderError), Status: num(consumers.HeaderStatus), Attempt: num(consumers.HeaderAttempt),
+		Where: d.b.dead(), Provider: text(consumers.HeaderProvider), Priority: job.Priority(text(consumers.HeaderPriority)),
+		Reason: consumers.Reason(text(consumers.HeaderReason)),
+		Error:  text(consumers.HeaderError), Status: num(consumers.HeaderStatus), Attempt: num(consumers.HeaderAttempt),
 		FirstSeen: at(consumers.HeaderFirstSeen), DeadAt: at(consumers.HeaderDeadAt), Replays: num(consumers.HeaderReplays),
 		State: consumers.DeadStateDead, Returned: max(num("x-delivery-count"), num("x-acquired-count")), Body: m.Body,
 	}
 	if death, ok := firstDeath(h); ok && info.Reason == "" {
 		// Dead-lettered by RabbitMQ itself (x-delivery-limit on the provider's queue).
 		q, _ := death["queue"].(string)
-		info.Provider = strings.TrimPrefix(q, d.b.o.Exchange+".")
+		info.Provider, info.Priority = consumers.SplitRoute(strings.TrimPrefix(q, d.b.o.Exchange+"."))
 		r, _ := death["reason"].(string) // delivery_limit: ReasonDeliveryLimit
 		info.Reason = consumers.Reason(strings.ReplaceAll(r, "_", "-"))
 		if t, ok := death["time"].(time.Time); ok && info.DeadAt.IsZero() {
@@ -153,7 +155,8 @@ type deadLetter struct {
 
 func (l *deadLetter) Info() consumers.DeadInfo { return l.info }
 
-// Replay publishes a copy to X with the provider's routing key (persistent, mandatory, confirmed), then
+// Replay publishes a copy to X with its route's routing key (the provider's, or <provider>.high or
+// <provider>.low for the class it died in; persistent, mandatory, confirmed), then
 // acknowledges the dead letter. Killed between the two, the dead letter comes back, and a second replay
 // sends the job again under its id and idempotency key.
 func (l *deadLetter) Replay(ctx context.Context) error {
@@ -171,12 +174,13 @@ func (l *deadLetter) Replay(ctx context.Context) error {
 	}
 	h[consumers.HeaderReplays] = int64(l.info.Replays + 1)
 	h[consumers.HeaderFirstSeen] = time.Now().UnixMilli()
-	err := l.d.b.pub.publish(ctx, l.d.b.o.Exchange, l.info.Provider, amqp.Publishing{
+	route := consumers.Route(l.info.Provider, l.info.Priority)
+	err := l.d.b.pub.publish(ctx, l.d.b.o.Exchange, route, amqp.Publishing{
 		Headers: h, ContentType: l.m.ContentType, ContentEncoding: l.m.ContentEncoding, DeliveryMode: amqp.Persistent,
 		MessageId: l.m.MessageId, Timestamp: l.m.Timestamp, Body: l.m.Body,
 	})
 	if err != nil {
-		return fmt.Errorf("rabbitmq: replay to %s: %w", l.d.b.queue(l.info.Provider), err)
+		return fmt.Errorf("rabbitmq: replay to %s: %w", l.d.b.queue(route), err)
 	}
 	return l.ack()
 }

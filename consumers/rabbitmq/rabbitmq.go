@@ -5,6 +5,8 @@
 //	X                 direct exchange, durable; jobs are published with routing key = provider
 //	X.<provider>      quorum queue bound by the provider's name; a message redelivered more than 1000
 //	                  times is dead-lettered to X.dead by RabbitMQ itself (x-delivery-limit)
+//	X.<provider>.high the same for the provider's high and low jobs, bound by <provider>.high and
+//	X.<provider>.low  <provider>.low (consumers.Route)
 //	X.delay.<tier>    fanout exchange and quorum queue with x-message-ttl = tier, dead-lettering back to X
 //	                  at least once, keeping the provider routing key
 //	X.dead            quorum queue of dead letters, with x-paygate-* headers saying why
@@ -35,6 +37,7 @@ import (
 
 	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/internal/throttle"
+	"github.com/paygate/paygate/job"
 )
 
 // Header names are consumers.Header*, the same on every broker.
@@ -135,8 +138,9 @@ func (b *Broker) Ready() error {
 	return nil
 }
 
-func (b *Broker) queue(provider string) string { return b.o.Exchange + "." + provider }
-func (b *Broker) dead() string                 { return b.o.Exchange + ".dead" }
+// queue is a route's queue (consumers.Route): X.<provider>, X.<provider>.high, X.<provider>.low.
+func (b *Broker) queue(route string) string { return b.o.Exchange + "." + route }
+func (b *Broker) dead() string              { return b.o.Exchange + ".dead" }
 func (b *Broker) delay(tier time.Duration) string {
 	return b.o.Exchange + ".delay." + consumers.TierName(tier)
 }
@@ -160,7 +164,7 @@ func (b *Broker) declare(conn *amqp.Connection) error {
 			return err
 		}
 	}
-	for _, p := range b.o.Providers {
+	for _, p := range routes(b.o.Providers) {
 		q := b.queue(p)
 		args := amqp.Table{
 			amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
@@ -199,8 +203,9 @@ func (b *Broker) declare(conn *amqp.Connection) error {
 	return nil
 }
 
-// Consume streams provider's queue across reconnects until ctx is done; then it cancels the consumer,
-// hands over what was already delivered, and closes the stream.
+// Consume streams a route's queue (consumers.Route: a provider's, or its high or low jobs') across
+// reconnects until ctx is done; then it cancels the consumer, hands over what was already delivered, and
+// closes the stream. Each route has its consumer, on a channel of its own with its prefetch.
 func (b *Broker) Consume(ctx context.Context, provider string) (<-chan consumers.Delivery, error) {
 	out := make(chan consumers.Delivery)
 	b.wg.Go(func() {
@@ -282,8 +287,8 @@ func (b *Broker) consumeOnce(ctx context.Context, provider string, out chan<- co
 	}
 }
 
-// Publish sends a job to the exchange with routing key = provider, persistent, mandatory, and waits for
-// the broker's confirm.
+// Publish sends a job to the exchange with routing key = its route (consumers.Route: the provider, or
+// <provider>.high, <provider>.low), persistent, mandatory, and waits for the broker's confirm.
 func (b *Broker) Publish(ctx context.Context, provider string, body []byte) error {
 	return b.pub.publish(ctx, b.o.Exchange, provider, amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, Timestamp: time.Now(), Body: body,
@@ -294,14 +299,17 @@ func (b *Broker) Publish(ctx context.Context, provider string, body []byte) erro
 type delivery struct {
 	m        amqp.Delivery
 	b        *Broker
+	route    string // its queue's routing key (consumers.Route): a deferred copy comes back by it
 	provider string
+	class    job.Priority
 	received time.Time
 }
 
 var _ consumers.Delivery = (*delivery)(nil)
 
-func (b *Broker) wrap(m amqp.Delivery, provider string) consumers.Delivery {
-	return &delivery{m: m, b: b, provider: provider, received: time.Now()}
+func (b *Broker) wrap(m amqp.Delivery, route string) consumers.Delivery {
+	provider, class := consumers.SplitRoute(route)
+	return &delivery{m: m, b: b, route: route, provider: provider, class: class, received: time.Now()}
 }
 
 func (d *delivery) Body() []byte { return d.m.Body }
@@ -326,7 +334,7 @@ func (d *delivery) Defer(ctx context.Context, after time.Duration, attempt int, 
 	tier := consumers.Tier(d.b.o.DelayTiers, after)
 	h := d.headers(attempt, why)
 	h[consumers.HeaderNotBefore] = time.Now().Add(after).UnixMilli()
-	return d.republish(ctx, d.b.delay(tier), d.provider, h)
+	return d.republish(ctx, d.b.delay(tier), d.route, h)
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, reason consumers.Reason, attempt int, why error) error {
@@ -361,6 +369,9 @@ func (d *delivery) headers(attempt int, why error) amqp.Table {
 	h[consumers.HeaderAttempt] = int64(attempt)
 	h[consumers.HeaderFirstSeen] = d.FirstSeen().UnixMilli()
 	h[consumers.HeaderProvider] = d.provider
+	if d.class != job.Normal {
+		h[consumers.HeaderPriority] = string(d.class)
+	}
 	if why != nil {
 		h[consumers.HeaderError] = consumers.ErrorText(why)
 	}
@@ -701,6 +712,7 @@ func redact(raw string) string {
 type Topology struct {
 	Exchange string   // X, direct
 	Queues   []string // X.<provider>, in the order given
+	Classes  []string // X.<provider>.high and X.<provider>.low, each provider's in the order given
 	Delays   []string // X.delay.<tier>: each a fanout exchange and its queue
 	Dead     string   // X.dead
 	Results  string   // X.results: a topic exchange and its queue (declared with results.enabled)
@@ -712,6 +724,7 @@ func TopologyOf(exchange string, providers []string, tiers []time.Duration) Topo
 	t := Topology{Exchange: exchange, Dead: b.dead(), Results: Results(exchange)}
 	for _, p := range providers {
 		t.Queues = append(t.Queues, b.queue(p))
+		t.Classes = append(t.Classes, b.queue(consumers.Route(p, job.High)), b.queue(consumers.Route(p, job.Low)))
 	}
 	for _, d := range tiers {
 		t.Delays = append(t.Delays, b.delay(d))
@@ -732,7 +745,7 @@ func DeleteTopology(url string, t Topology) error {
 		return err
 	}
 	var errs []error
-	for _, q := range append(append(append([]string(nil), t.Delays...), t.Queues...), t.Dead, t.Results) {
+	for _, q := range append(append(append(append([]string(nil), t.Delays...), t.Queues...), t.Classes...), t.Dead, t.Results) {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			errs = append(errs, err)
 		}
@@ -805,4 +818,13 @@ func (i *Inspector) Close() error {
 		return i.con.Close()
 	}
 	return nil
+}
+
+// routes are the providers' routes (consumers.Routes), each provider's highest class first.
+func routes(providers []string) []string {
+	var out []string
+	for _, p := range providers {
+		out = append(out, consumers.Routes(p)...)
+	}
+	return out
 }

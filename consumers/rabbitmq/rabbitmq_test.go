@@ -251,7 +251,8 @@ func TestQueueDeletedUnderConsumer(t *testing.T) {
 func TestTopologyOf(t *testing.T) {
 	got := rabbitmq.TopologyOf("payments", []string{"acme", "globex"}, []time.Duration{time.Second, 2 * time.Minute})
 	want := rabbitmq.Topology{Exchange: "payments", Queues: []string{"payments.acme", "payments.globex"},
-		Delays: []string{"payments.delay.1s", "payments.delay.2m"}, Dead: "payments.dead", Results: "payments.results"}
+		Classes: []string{"payments.acme.high", "payments.acme.low", "payments.globex.high", "payments.globex.low"},
+		Delays:  []string{"payments.delay.1s", "payments.delay.2m"}, Dead: "payments.dead", Results: "payments.results"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%+v, want %+v", got, want)
 	}

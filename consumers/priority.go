@@ -1,0 +1,166 @@
+package consumers
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/paygate/paygate/job"
+)
+
+// Priority classes (job.Priority). Each class of a provider arrives on a stream of its own (Route: the
+// queue X.<provider>.high, the topic T.<provider>.low, …), so that a high job never waits in the broker
+// behind a low backlog. In the worker:
+//
+//   - its handlers take the deliveries waiting their turn high first, then normal, then low (byPriority);
+//     fair shares between merchants keep working inside each class (one fairQueue per class);
+//   - a low job asks the gate for a slot within Config.LowHorizon only, not MaxInlineWait, so that the
+//     low jobs of the fleet hold at most that much of the budget ahead of a higher job that arrives;
+//   - the low jobs of a provider ask the gate one at a time in a process (its lane), and a low job denied
+//     waits out the gate's RetryAfter plus half the horizon before it asks again: the slots that opened
+//     meanwhile go to the lane's next jobs one call each, so that a backlog of low jobs alone still fills
+//     the budget with few calls beyond one per job;
+//   - the lane does not ask while higher-class deliveries of the provider were found waiting for a
+//     handler in this process within the last LowHorizon: the slots go to them.
+
+// Route is where a job of provider and class arrives: the provider's name for normal jobs (its queue
+// X.<provider>, its topic T.<provider>), <provider>.high and <provider>.low for the others (the queues
+// X.<provider>.high and X.<provider>.low, bound by those routing keys; the topics T.<provider>.high and
+// T.<provider>.low). A provider's name has no '.', so a route names one provider and one class.
+func Route(provider string, class job.Priority) string {
+	if class == job.Normal || class == "" {
+		return provider
+	}
+	return provider + "." + string(class)
+}
+
+// SplitRoute is Route's inverse: the provider and the class of a route.
+func SplitRoute(route string) (string, job.Priority) {
+	if p, c, ok := strings.Cut(route, "."); ok {
+		return p, job.Priority(c)
+	}
+	return route, job.Normal
+}
+
+// Routes are every route of a provider, highest class first.
+func Routes(provider string) []string {
+	out := make([]string, 0, len(job.Priorities))
+	for _, c := range job.Priorities {
+		out = append(out, Route(provider, c))
+	}
+	return out
+}
+
+// classes is what the worker knows of one provider's classes: its low lane and when a higher-class
+// delivery was last found waiting for a handler.
+type classes struct {
+	lane    chan struct{} // held by the low job asking the gate
+	waiting atomic.Int64  // unix ns when a high or normal delivery was last taken without waiting for it
+}
+
+func newClasses(providers map[string]int64) map[string]*classes {
+	out := make(map[string]*classes, len(providers))
+	for p := range providers {
+		out[p] = &classes{lane: make(chan struct{}, 1)}
+	}
+	return out
+}
+
+// classQueues are a provider's deliveries waiting their turn, one queue per class (job.Priorities order)
+// under one lock: fair shares between merchants inside each class (Config.Fair), or the order they came.
+// Each class's stream is read ahead into its queue, up to its limit.
+type classQueues struct {
+	c      *classes
+	now    func() time.Time
+	mu     sync.Mutex
+	queued *sync.Cond
+	qs     []*fairQueue
+}
+
+// newClassQueues reads the provider's class streams (job.Priorities order) into their queues until they
+// close; run starts each feed.
+func (c *classes) newClassQueues(now func() time.Time, streams []<-chan Delivery, weights map[string]int, fair bool, limit int, run func(func())) *classQueues {
+	cq := &classQueues{c: c, now: now}
+	cq.queued = sync.NewCond(&cq.mu)
+	for _, s := range streams {
+		q := newFairQueueOn(&cq.mu, cq.queued, weights, limit)
+		q.fifo = !fair
+		cq.qs = append(cq.qs, q)
+		run(func() { q.feed(s) })
+	}
+	return cq
+}
+
+// pop takes the next delivery: the highest class's that has one waiting, else the first to come; with its
+// class. False once every stream has closed and every queue is empty.
+func (cq *classQueues) pop() (Delivery, job.Priority, bool) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	for waited := false; ; waited = true {
+		closed := 0
+		for i, q := range cq.qs {
+			if len(q.turn) > 0 {
+				d := q.take()
+				if class := job.Priorities[i]; class != job.Low && !waited { // it waited for a handler: the lane yields
+					cq.c.waiting.Store(cq.now().UnixNano())
+				}
+				return d, job.Priorities[i], true
+			}
+			if q.closed {
+				closed++
+			}
+		}
+		if closed == len(cq.qs) {
+			return nil, "", false
+		}
+		cq.queued.Wait()
+	}
+}
+
+// laneStride is how much more than the gate's RetryAfter a denied low job waits: half the horizon, so that
+// on asking again half the horizon's slots are open for the lane's next jobs.
+func (w *Worker) laneStride() time.Duration { return w.cfg.LowHorizon / 2 }
+
+// enterLane takes the provider's low lane for a low job, waiting while another low job holds it or while
+// higher-class deliveries were found waiting; the wait counts into the handling's denied waits, and once
+// those reach MaxInlineWait the job asks without the lane (and is deferred if denied). leave gives the
+// lane back; false when ctx ended.
+func (w *Worker) enterLane(ctx context.Context, a *admission) (leave func(), ok bool) {
+	c := w.classes[a.provider]
+	began := w.now()
+	defer func() {
+		waited := w.now().Sub(began)
+		a.denied += waited
+		a.waited += waited
+	}()
+	budget := w.cfg.MaxInlineWait - a.denied
+	if budget <= 0 {
+		return func() {}, ctx.Err() == nil
+	}
+	t := time.NewTimer(budget)
+	defer t.Stop()
+	select {
+	case c.lane <- struct{}{}:
+	case <-t.C:
+		return func() {}, true
+	case <-ctx.Done():
+		return nil, false
+	}
+	leave = func() { <-c.lane }
+	for {
+		yield := time.Duration(c.waiting.Load()) + w.cfg.LowHorizon - time.Duration(w.now().UnixNano())
+		if yield <= 0 {
+			return leave, true
+		}
+		select {
+		case <-time.After(yield):
+		case <-t.C:
+			return leave, true
+		case <-ctx.Done():
+			leave()
+			return nil, false
+		}
+	}
+}

@@ -67,10 +67,12 @@ func GateSource(l *gate.Limiter, names []string) Source {
 }
 
 // Backlog reads how many jobs wait in the broker, by provider name (RabbitMQ: the ready messages of its
-// queue; Kafka: the consumer group's lag on its topic). A provider left out is unknown.
+// queue; Kafka: the consumer group's lag on its topic), and by <provider>.high and <provider>.low for its
+// high and low jobs' queues or topics (the priority classes). A provider left out is unknown.
 type Backlog func(ctx context.Context) (map[string]int64, error)
 
-// WithBacklog is src with each entry's Queued read from b (an error is the entry's, once per sample).
+// WithBacklog is src with each entry's Queued read from b, every class together, and QueuedByClass (an
+// error is the entry's, once per sample).
 func WithBacklog(src Source, b Backlog) Source {
 	return func(ctx context.Context) []Entry {
 		out := src(ctx)
@@ -80,8 +82,26 @@ func WithBacklog(src Source, b Backlog) Source {
 				out[i].BacklogError = err.Error()
 				continue
 			}
-			if n, ok := queued[out[i].Provider]; ok {
-				out[i].Queued = &n
+			p := out[i].Provider
+			var total int64
+			known := false
+			for _, class := range []string{"high", "normal", "low"} {
+				key := p
+				if class != "normal" {
+					key = p + "." + class
+				}
+				n, ok := queued[key]
+				if !ok {
+					continue
+				}
+				total, known = total+n, true
+				if out[i].QueuedByClass == nil {
+					out[i].QueuedByClass = map[string]int64{}
+				}
+				out[i].QueuedByClass[class] = n
+			}
+			if known {
+				out[i].Queued = &total
 			}
 		}
 		return out
@@ -95,6 +115,8 @@ type Entry struct {
 	// Queued is how many jobs wait in the broker (Backlog); nil when unknown, and BacklogError says why.
 	Queued       *int64 `json:"queued,omitempty"`
 	BacklogError string `json:"backlog_error,omitempty"`
+	// QueuedByClass is Queued by priority class (high, normal, low), for the classes the Backlog read.
+	QueuedByClass map[string]int64 `json:"queued_by_class,omitempty"`
 	// Events are the provider's 429s and dead letters, counted per minute by every worker, the last
 	// EventMinutes minutes, oldest first.
 	Events []Minute `json:"events,omitempty"`

@@ -219,11 +219,12 @@ func TestDashboardShowsEventsAndBacklog(t *testing.T) {
 		if backlogErr != nil {
 			return nil, backlogErr
 		}
-		return map[string]int64{names[1]: 42}, nil
+		return map[string]int64{names[1]: 42, names[1] + ".high": 3, names[1] + ".low": 5000}, nil
 	})
 	got := src(ctx)
-	if got[0].Queued != nil || got[1].Queued == nil || *got[1].Queued != 42 {
-		t.Fatalf("queued: %v, %v; want unknown for %s and 42 for %s", got[0].Queued, got[1].Queued, names[0], names[1])
+	if got[0].Queued != nil || got[1].Queued == nil || *got[1].Queued != 5045 ||
+		fmt.Sprint(got[1].QueuedByClass) != "map[high:3 low:5000 normal:42]" {
+		t.Fatalf("queued: %v, %v %v; want unknown for %s and 5045 (3 high, 42 normal, 5000 low) for %s", got[0].Queued, got[1].Queued, got[1].QueuedByClass, names[0], names[1])
 	}
 	var throttled, dead int64
 	for _, m := range got[1].Events {

@@ -5,29 +5,34 @@ import (
 	"slices"
 
 	"github.com/paygate/paygate/config"
+	"github.com/paygate/paygate/consumers"
 	"github.com/paygate/paygate/consumers/kafka"
 	"github.com/paygate/paygate/consumers/rabbitmq"
 	"github.com/paygate/paygate/dashboard"
+	"github.com/paygate/paygate/job"
 )
 
 // Backlog returns a reader of the jobs waiting for each provider in the broker the configuration names,
-// by provider name, for the operator's view (worker dashboard): on RabbitMQ the ready messages of the
-// providers. queues (every class together), by passive declares on a connection of its own, which the returned func closes; on
-// Kafka the consumer group's lag on the providers' topics. On RabbitMQ without a URL (the variable
+// by route (the provider's name, <provider>.high, <provider>.low: dashboard.Backlog), for the operator's
+// view (worker dashboard): on RabbitMQ the ready messages of the providers' queues, by passive declares on
+// a connection of its own, which the returned func closes; on Kafka the consumer group's lag on the
+// providers' topics. On RabbitMQ without a URL (the variable
 // broker.rabbitmq.url_env names is not set) it returns nil and a no-op close: there is no backlog to read.
 func Backlog(c *config.Config, o Options) (dashboard.Backlog, func(), error) {
 	names := c.ProviderNames()
 	bn := BrokerNames(c)
-	owner := map[string]string{} // queue or topic -> provider: one per provider and class
+	route := map[string]string{} // queue or topic -> its route: provider, provider.high, provider.low
 	for i, k := range bn.Providers {
-		owner[k], owner[bn.Classes[2*i]], owner[bn.Classes[2*i+1]] = names[i], names[i], names[i]
+		route[k] = names[i]
+		route[bn.Classes[2*i]] = consumers.Route(names[i], job.High)
+		route[bn.Classes[2*i+1]] = consumers.Route(names[i], job.Low)
 	}
 	keys := append(slices.Clone(bn.Providers), bn.Classes...)
-	byName := func(got map[string]int64) map[string]int64 { // every class of a provider together
-		out := make(map[string]int64, len(names))
+	byName := func(got map[string]int64) map[string]int64 { // by route, as dashboard.Backlog reads them
+		out := make(map[string]int64, len(keys))
 		for _, k := range keys {
 			if n, ok := got[k]; ok {
-				out[owner[k]] += n
+				out[route[k]] = n
 			}
 		}
 		return out

@@ -50,6 +50,10 @@ func TestBacklog(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			low := []byte(`{"id":"backlog-low","provider":"acme","amount":100,"currency":"EUR","priority":"low"}`)
+			if err := b.Publish(ctx, "acme.low", low); err != nil {
+				t.Fatal(err)
+			}
 			backlog, closeBacklog, err := wire.Backlog(c, o)
 			if err != nil {
 				t.Fatal(err)
@@ -58,15 +62,15 @@ func TestBacklog(t *testing.T) {
 			var got map[string]int64
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 				got, err = backlog(ctx)
-				if err == nil && got["acme"] == 2 {
+				if err == nil && got["acme"] == 2 && got["acme.low"] == 1 {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("backlog %v (%v), want acme: 2", got, err)
+					t.Fatalf("backlog %v (%v), want acme: 2, acme.low: 1", got, err)
 				}
 			}
-			if len(got) != 1 {
-				t.Fatalf("backlog %v, want acme alone, by provider name", got)
+			if fmt.Sprint(got) != "map[acme:2 acme.high:0 acme.low:1]" {
+				t.Fatalf("backlog %v, want acme's by route, its classes' too", got)
 			}
 		})
 	}

@@ -43,7 +43,11 @@ function card(p) {
   if (p.breaker) meta.push(breaker(p.breaker));
   meta.push(`margin ${Number(p.margin_ms || 0).toFixed(0)} ms (${esc(p.margin_why || '')})`);
   if (p.max_in_flight > 0) meta.push(`in flight <span class="in-flight">${p.in_flight}</span> of ${p.max_in_flight}`);
-  if (p.queued !== undefined) meta.push(`queued <span class="queued">${p.queued}</span>`);
+  if (p.queued !== undefined) {
+    const c = p.queued_by_class || {};
+    const by = (c.high || c.low) ? ` (high <span class="queued-high">${c.high || 0}</span>, normal ${c.normal || 0}, low <span class="queued-low">${c.low || 0}</span>)` : '';
+    meta.push(`queued <span class="queued">${p.queued}</span>${by}`);
+  }
   else if (p.backlog_error) meta.push(`queued ? <span class="error">${esc(p.backlog_error)}</span>`);
   let rows = '';
   (p.policies || []).forEach((pol, i) => {

@@ -32,7 +32,7 @@ func TestLoadValid(t *testing.T) {
 	if c.HTTP.Listen != "127.0.0.1:9090" {
 		t.Fatalf("http.listen defaults to %q, want 127.0.0.1:9090", c.HTTP.Listen)
 	}
-	if c.Worker.MaxInlineWait != 5*time.Second || c.Gate.Margin != 20*time.Millisecond || c.Gate.MarginMax != 100*time.Millisecond ||
+	if c.Worker.MaxInlineWait != 5*time.Second || c.Worker.LowHorizon != 500*time.Millisecond || c.Gate.Margin != 20*time.Millisecond || c.Gate.MarginMax != 100*time.Millisecond ||
 		c.Broker.RabbitMQ.Exchange != "payments" || c.Redis.KeyPrefix != "paygate" ||
 		!reflect.DeepEqual(c.Worker.DelayTiers, []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}) {
 		t.Fatalf("defaults not applied: %+v", c)
@@ -348,5 +348,18 @@ func TestMerchantWeightsOnly(t *testing.T) {
 	}
 	if a, g, i := c.Providers["acme"], c.Providers["globex"], c.Providers["initech"]; !a.HasMerchants() || a.Merchants["Big"].Weight != 3 || !g.HasMerchants() || i.HasMerchants() {
 		t.Fatalf("acme %+v, globex %+v, initech %+v: want fair shares for acme (Big weighs 3) and globex only", a.Merchants, g.PerMerchant, i.PerMerchant)
+	}
+}
+
+// worker.low_horizon: a duration >= 0 (0: low jobs ask as the others do).
+func TestLowHorizon(t *testing.T) {
+	t.Setenv("PAYGATE_WORKER_LOW_HORIZON", "-1s")
+	_, err := config.Load("../testdata/config/valid.yaml")
+	if err == nil || !strings.Contains(err.Error(), "worker.low_horizon: must be >= 0, got -1s") {
+		t.Fatalf("low_horizon -1s: %v", err)
+	}
+	t.Setenv("PAYGATE_WORKER_LOW_HORIZON", "0s")
+	if c, err := config.Load("../testdata/config/valid.yaml"); err != nil || c.Worker.LowHorizon != 0 {
+		t.Fatalf("low_horizon 0s: %v", err)
 	}
 }

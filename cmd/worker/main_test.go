@@ -143,6 +143,8 @@ func TestUsageErrors(t *testing.T) {
 		{"gate", "try", "--config", cfg, "--provider", "acme", "--cost", "6"}, // above the limit
 		{"gate", "try", "--config", cfg, "--provider", "acme", "--bogus"},
 		{"gate", "status", "--config", cfg},
+		{"enqueue", "--config", cfg, "--provider", "acme", "--count", "1", "--priority", "urgent"},
+		{"enqueue", "--config", cfg, "--file", "-", "--priority", "high"}, // a file's jobs give their own
 	} {
 		if r := worker(t, nil, args...); r.code != 2 || r.stderr == "" {
 			t.Errorf("worker %v: exit %d, stderr %q; want 2 and a message", args, r.code, r.stderr)

@@ -42,8 +42,7 @@ func (w *Worker) admit(ctx context.Context, s *settlement, a *admission) bool {
 	}
 	if a.shadow {
 		w.shadowProbe(ctx, a)
-		w.shadowDecide(ctx, a)
-		return true
+		return w.shadowDecide(ctx, s, a)
 	}
 	for try := 1; ; {
 		if !w.breakerLets(ctx, s, a) || !w.reserve(ctx, s, a) {
@@ -216,20 +215,25 @@ func (w *Worker) unacknowledged(ctx context.Context, s *settlement, err error) {
 // and its answer is counted (would_delay: an enforcing worker would have slept on the slot; would_deny: it
 // would have deferred the job), but the job goes now whatever the answer, a gate error included. An
 // admission stays in the gate's state, where it counts against the jobs after it, as it would have. The
-// admission keeps the verdict (its lease, for the in-flight cap) only when the gate admitted the job.
-func (w *Worker) shadowDecide(ctx context.Context, a *admission) {
+// admission keeps the verdict (its lease, for the in-flight cap) only when the gate admitted the job. A
+// job the gate denies as cancelled is settled so (false): an operator's cancel binds shadow mode too.
+func (w *Worker) shadowDecide(ctx context.Context, s *settlement, a *admission) bool {
 	v, err := w.gate.ReserveFor(ctx, a.provider, a.merchant, a.gateID, a.cost, w.cfg.MaxInlineWait)
 	switch {
+	case err == nil && v.Cancelled: // an operator's cancel binds shadow mode too
+		w.metrics.decided(a.provider, DecisionCancelled)
+		s.cancelled(ctx)
+		return false
 	case err != nil && errors.Is(err, gate.ErrInvalid):
 		w.metrics.decided(a.provider, DecisionError)
-		return
+		return true
 	case err != nil:
 		w.metrics.decided(a.provider, DecisionError)
 		w.redisLog.Warn(w.log, w.now(), "gate unreachable; shadow mode sends jobs anyway", zap.String("provider", a.provider), zap.Error(err))
-		return
+		return true
 	case !v.Allowed:
 		w.metrics.decided(a.provider, DecisionWouldDeny)
-		return
+		return true
 	case v.Delay > 0 && !v.Duplicate:
 		w.metrics.decided(a.provider, DecisionWouldDelay)
 	case v.Duplicate:
@@ -238,4 +242,5 @@ func (w *Worker) shadowDecide(ctx context.Context, a *admission) {
 		w.metrics.decided(a.provider, DecisionAllowed)
 	}
 	a.verdict, a.lease, a.slot = v, v.Lease, v.Slot()
+	return true
 }

@@ -3,20 +3,26 @@ package consumers
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Cancels (`worker cancel`, gate.Limiter.Cancel). The gate holds a cancel where admissions are decided:
 // a cancelled job's every later reserve is denied (gate.Verdict.Cancelled), and the job is settled as
-// cancelled. What the gate cannot take back is a slot it handed out before the cancel: the holder is told
-// (NoteCancel, from the gate's announcement) and gives the slot up rather than send the job. The cancel
-// waits for that, up to the slot plus LossNotice; a holder that did not hear (its watch disconnected)
-// gives up its slots anyway (NoteDisconnect), and the job's next reserve meets the cancel.
+// cancelled. A slot the gate handed out before the cancel is the holder's: told (NoteCancel, from the
+// gate's announcement), a job sleeping on it asks the gate whether the cancel still waits for it
+// (gate.Limiter.AckCancel): yes, and it gives the slot up and asks again (denied: settled as cancelled);
+// no (the cancel found it too late and was lifted), and it goes on its slot. A holder that never hears
+// sends on its slot, and the cancel, which waits at most until the slot plus LossNotice, says it left.
 
-// cancelReasons is the part of the gate that keeps a cancel's reason (gate.Limiter), for the result.
-type cancelReasons interface {
+// canceller is the part of the gate that keeps cancels (gate.Limiter): the holder's answer, and a cancel's
+// reason for the result.
+type canceller interface {
+	AckCancel(ctx context.Context, provider, jobID string) (bool, error)
 	CancelReason(ctx context.Context, provider, jobID string) (string, error)
 }
 
@@ -28,11 +34,11 @@ var errCancelled = errors.New("cancelled (worker cancel)")
 const cancelRemembered = time.Minute
 
 // cancelNotes are the cancels this process was told of (NoteCancel), by provider and job id: the jobs
-// sleeping on a slot wait on a channel that a cancel of theirs closes.
+// sleeping on a slot (every delivery of it) wait on channels that a cancel of theirs closes.
 type cancelNotes struct {
 	mu       sync.Mutex
-	told     map[string]time.Time     // provider\x00id -> when told (the local clock)
-	sleepers map[string]chan struct{} // provider\x00id -> closed by its cancel
+	told     map[string]time.Time       // provider\x00id -> when told (the local clock)
+	sleepers map[string][]chan struct{} // provider\x00id -> closed by its cancel
 }
 
 func cancelKey(provider, jobID string) string { return provider + "\x00" + jobID }
@@ -43,12 +49,12 @@ func jobIDOf(gateID string) string {
 	return id
 }
 
-// note records a cancel and wakes the job sleeping on its slot, if any.
+// note records a cancel and wakes the jobs sleeping on its slot, if any.
 func (c *cancelNotes) note(provider, jobID string, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.told == nil {
-		c.told, c.sleepers = map[string]time.Time{}, map[string]chan struct{}{}
+		c.told, c.sleepers = map[string]time.Time{}, map[string][]chan struct{}{}
 	}
 	for k, at := range c.told {
 		if now.Sub(at) > cancelRemembered {
@@ -57,10 +63,10 @@ func (c *cancelNotes) note(provider, jobID string, now time.Time) {
 	}
 	k := cancelKey(provider, jobID)
 	c.told[k] = now
-	if ch, ok := c.sleepers[k]; ok {
+	for _, ch := range c.sleepers[k] {
 		close(ch)
-		delete(c.sleepers, k)
 	}
+	delete(c.sleepers, k)
 }
 
 // sleep registers a job going to sleep on its slot: cancelled is closed by a cancel of it (at once when
@@ -75,27 +81,32 @@ func (c *cancelNotes) sleep(provider, jobID string) (cancelled <-chan struct{}, 
 		return ch, func() {}
 	}
 	if c.sleepers == nil {
-		c.told, c.sleepers = map[string]time.Time{}, map[string]chan struct{}{}
+		c.told, c.sleepers = map[string]time.Time{}, map[string][]chan struct{}{}
 	}
-	c.sleepers[k] = ch
+	c.sleepers[k] = append(c.sleepers[k], ch)
 	return ch, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.sleepers[k] == ch {
+		c.sleepers[k] = slices.DeleteFunc(c.sleepers[k], func(x chan struct{}) bool { return x == ch })
+		if len(c.sleepers[k]) == 0 {
 			delete(c.sleepers, k)
 		}
 	}
 }
 
-// take reports whether a cancel of the job was told to this process, and forgets it: a job gives its slot
-// up once per cancel told (a cancel that found the job had left is lifted, and its next slot stands).
-func (c *cancelNotes) take(provider, jobID string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := cancelKey(provider, jobID)
-	_, told := c.told[k]
-	delete(c.told, k)
-	return told
+// givesUp asks the gate whether a cancel waits for the job sleeping on its slot (told: NoteCancel): true
+// when it does, and the job must not be sent. A gate that cannot answer leaves the slot standing: the
+// cancel, unanswered, takes the job as sent.
+func (w *Worker) givesUp(ctx context.Context, a *admission) bool {
+	g, ok := w.gate.(canceller)
+	if !ok {
+		return true
+	}
+	yes, err := g.AckCancel(ctx, a.provider, jobIDOf(a.gateID))
+	if err != nil {
+		w.redisLog.Warn(w.log, w.now(), "gate unreachable: a cancelled job's slot stands, the job goes on it", zap.String("provider", a.provider), zap.Error(err))
+	}
+	return yes
 }
 
 // NoteCancel is told of every job cancelled while admitted for a slot still ahead (gate.Limiter.Watch): a
@@ -111,7 +122,7 @@ func (s *settlement) cancelled(ctx context.Context) {
 	ctx, cancel := settleCtx(ctx)
 	defer cancel()
 	reason := ""
-	if g, ok := s.w.gate.(cancelReasons); ok && s.w.cfg.Results != nil && s.job != nil {
+	if g, ok := s.w.gate.(canceller); ok && s.w.cfg.Results != nil && s.job != nil {
 		reason, _ = g.CancelReason(ctx, s.provider, s.job.ID) // the result goes without it when Redis fails
 	}
 	if !s.record(ctx, ResultCancelled, reason, s.attempt) {

@@ -278,7 +278,7 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 	reports, stopReports := context.WithCancel(work)
 	defer stopReports()
 	wg.Go(func() { w.reportLateness(reports) })
-	journal, stopJournal := context.WithCancel(work)
+	journal, stopJournal := context.WithCancel(context.WithoutCancel(work)) // stopped after the last settlement
 	defer stopJournal()
 	journalDone := make(chan struct{})
 	go func() { w.writeJournal(journal); close(journalDone) }()

@@ -90,6 +90,8 @@ type admission struct {
 	class    job.Priority
 	low      bool // a low job: it asks within LowHorizon, through its provider's lane (priority.go)
 	probe    bool // the job holds its provider's breaker's probe (breaker.go): it goes through the hold
+	// cancelled: told of a cancel while it slept on its slot, the job said it will not send (givesUp)
+	cancelled bool
 
 	// The gate's answer.
 	verdict  gate.Verdict // the latest (zero in shadow mode when the gate denied or failed)

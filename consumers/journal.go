@@ -56,13 +56,14 @@ func (w *Worker) writeJournal(ctx context.Context) {
 		case <-t.C:
 			w.flushJournal(ctx, j)
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			w.flushJournal(fctx, j)
-			cancel()
+			w.flushJournal(context.WithoutCancel(ctx), j)
 			return
 		}
 	}
 }
+
+// journalTimeout bounds one flush's call for a provider: entries do not pile up behind a hung Redis.
+const journalTimeout = 2 * time.Second
 
 func (w *Worker) flushJournal(ctx context.Context, j journaler) {
 	q := &w.journalQ
@@ -71,7 +72,10 @@ func (w *Worker) flushJournal(ctx context.Context, j journaler) {
 	q.pending = nil
 	q.mu.Unlock()
 	for provider, entries := range pending {
-		if err := j.Journal(ctx, provider, entries); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, journalTimeout)
+		err := j.Journal(cctx, provider, entries)
+		cancel()
+		if err != nil {
 			w.redisLog.Warn(w.log, w.now(), "job journal not written: worker cancel and job show may not see these jobs' requests",
 				zap.String("provider", provider), zap.Int("jobs", len(entries)), zap.Error(err))
 		}

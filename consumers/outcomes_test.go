@@ -88,7 +88,18 @@ type fakeGate struct {
 	postponeErr error       // Postpone fails with it
 	postponed   []time.Time // the slots Postpone was asked to move
 	movedTo     []time.Time // and the slots it moved them to
+	tooLate     bool        // AckCancel: the cancel was lifted (it found the job too late)
+	acks        int         // AckCancel calls
 }
+
+func (g *fakeGate) AckCancel(context.Context, string, string) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.acks++
+	return !g.tooLate, nil
+}
+
+func (g *fakeGate) CancelReason(context.Context, string, string) (string, error) { return "", nil }
 
 func (g *fakeGate) ReserveFor(_ context.Context, provider, merchant, jobID string, cost int64, maxWait time.Duration) (gate.Verdict, error) {
 	g.mu.Lock()
@@ -240,6 +251,7 @@ func TestOutcomes(t *testing.T) {
 		postpone error         // the gate's Postpone fails with it
 		inline   time.Duration // Config.MaxInlineWait (0: maxInlineWait)
 		shadow   bool          // the provider is in shadow mode (Config.Shadow)
+		tooLate  bool          // the gate's AckCancel says a cancel no longer waits for the job
 		gate     []answer      // nil: allowed now
 		provider []error       // nil: 2xx
 		want     []settled     // one per delivery
@@ -383,6 +395,33 @@ func TestOutcomes(t *testing.T) {
 					t.Errorf("released slot %v, want the cancelled one %v", g.released[0].slot, g.reserved[0].v.Slot())
 				}
 			}},
+		{name: "told of a cancel too late (the gate lifted it): the slot stands, sent on it",
+			tooLate: true,
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 80 * time.Millisecond}, during: func(w *consumers.Worker, _ gate.Verdict) {
+				go func() { time.Sleep(10 * time.Millisecond); w.NoteCancel("acme", "pay-1") }()
+			}}},
+			want:  []settled{{kind: "ack"}},
+			calls: calls{reserve: 1, dispatch: 1},
+			check: func(t *testing.T, g *fakeGate, p *fakeProvider) {
+				if g.acks != 1 {
+					t.Errorf("%d AckCancel calls, want 1", g.acks)
+				}
+				if early := g.reserved[0].v.Slot().Sub(g.clock); p.at[0].Before(g.reserved[0].answered.Add(70*time.Millisecond)) {
+					t.Errorf("sent %v after its answer, before its slot 80ms ahead (%v)", p.at[0].Sub(g.reserved[0].answered), early)
+				}
+			}},
+		{name: "cancelled while it slept on its slot, then redelivered: both settled as cancelled, neither sent",
+			jobs: 2,
+			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: time.Minute}, during: func(w *consumers.Worker, _ gate.Verdict) {
+				go func() { time.Sleep(20 * time.Millisecond); w.NoteCancel("acme", "pay-1") }()
+			}}, {v: gate.Verdict{Cancelled: true}}},
+			want:  []settled{{kind: "ack"}, {kind: "ack"}},
+			calls: calls{dispatch: 0, reserve: 3, release: 1}},
+		{name: "shadow mode: a cancelled job is settled as cancelled, never sent",
+			shadow: true,
+			gate:   []answer{{v: gate.Verdict{Cancelled: true}}},
+			want:   []settled{{kind: "ack"}},
+			calls:  calls{reserve: 1, dispatch: 0}},
 		{name: "a cancel of another job leaves the slot standing",
 			gate: []answer{{v: gate.Verdict{Allowed: true, Delay: 60 * time.Millisecond}, during: func(w *consumers.Worker, _ gate.Verdict) {
 				go func() { time.Sleep(10 * time.Millisecond); w.NoteCancel("acme", "pay-2") }()
@@ -533,7 +572,7 @@ func TestOutcomes(t *testing.T) {
 			if answers == nil {
 				answers = []answer{allow(0)}
 			}
-			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0), roomNow: tt.roomNow, postponeErr: tt.postpone}
+			g := &fakeGate{answers: answers, clock: time.Unix(1_700_000_000, 0), roomNow: tt.roomNow, postponeErr: tt.postpone, tooLate: tt.tooLate}
 			p := &fakeProvider{answers: tt.provider}
 			inline := cmp.Or(tt.inline, maxInlineWait)
 			w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: inline, MaxAttempts: maxAttempts,

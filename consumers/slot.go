@@ -26,15 +26,17 @@ const (
 	// slotRelimited: the provider's live limits changed while the job slept on a slot decided under the
 	// old ones. Sent, it could put the provider over the new limits.
 	slotRelimited
-	// slotCancelled: the job was cancelled while it held the slot (NoteCancel). Not sent: given up and
-	// asked again, it is denied as cancelled.
+	// slotCancelled: the job was cancelled while it held the slot, and the cancel waits for it (NoteCancel,
+	// givesUp). Not sent: given up and asked again, it is denied as cancelled.
 	slotCancelled
 )
 
 // sleepOnSlot sleeps until the admission's slot, or until the provider's live limits change to ones the
 // slot was not decided under (NoteLimits; at once if that happened already): the slot is void then
 // (wake). A change it was decided after (its announcement came late) does not cut the sleep short: the
-// slot stands. False when ctx ended.
+// slot stands. Told that the job was cancelled (NoteCancel), it asks the gate whether the cancel waits for
+// it (givesUp): yes, and the sleep ends, the slot to be given up (a.cancelled); no, and it sleeps on.
+// False when ctx ended.
 //
 // Redis chose the slot at its "now", somewhere between asking and the answer: sleeping Delay from the
 // answer is never early. (The timer runs on the real clock, not the worker's.)
@@ -45,7 +47,7 @@ func (w *Worker) sleepOnSlot(ctx context.Context, a *admission) bool {
 	}
 	t := time.NewTimer(v.Delay)
 	defer t.Stop()
-	cancelled, leave := w.cancels.sleep(a.provider, jobIDOf(a.gateID))
+	told, leave := w.cancels.sleep(a.provider, jobIDOf(a.gateID))
 	defer leave()
 	for {
 		changed, next := w.signals.nextLimits(a.provider, v.Now)
@@ -56,8 +58,11 @@ func (w *Worker) sleepOnSlot(ctx context.Context, a *admission) bool {
 		case <-t.C:
 			return true
 		case <-next: // a change: void for this slot only if it was decided before it (asked above)
-		case <-cancelled: // given up (wake)
-			return ctx.Err() == nil
+		case <-told:
+			if a.cancelled = w.givesUp(ctx, a); a.cancelled {
+				return ctx.Err() == nil // given up (wake)
+			}
+			told = nil // too late: the cancel was lifted, the slot stands
 		case <-ctx.Done():
 			return false
 		}
@@ -71,6 +76,9 @@ func (w *Worker) wake(a *admission) slotState {
 	v := a.verdict
 	lost, relimited := w.signals.void(a.provider, v.Now, a.asked)
 	a.answeredDue = a.answered.Add(v.Delay)
+	if a.cancelled {
+		return slotCancelled // woken before its slot: no lateness to record
+	}
 	if !relimited {
 		now := w.now()
 		// Lateness counts from the earliest the slot can be (asking + Delay), so that a slow round trip to
@@ -91,8 +99,6 @@ func (w *Worker) wake(a *admission) slotState {
 		}
 	}
 	switch {
-	case w.cancels.take(a.provider, jobIDOf(a.gateID)):
-		return slotCancelled
 	case lost:
 		return slotLost
 	case relimited:
@@ -126,6 +132,7 @@ func (w *Worker) postpone(ctx context.Context, a *admission) (bool, error) {
 // the first delivery sent, a moved one's for whichever of its requests the provider counts. Asking again
 // moves it to a new slot in one step (it is stale now: the gate's StaleAfter is margin/2).
 func (w *Worker) giveUp(ctx context.Context, s *settlement, a *admission, state slotState, try int) bool {
+	a.cancelled = false
 	switch state {
 	case slotLost:
 		w.metrics.decided(a.provider, DecisionLost)
@@ -142,7 +149,7 @@ func (w *Worker) giveUp(ctx context.Context, s *settlement, a *admission, state 
 			return false
 		}
 	}
-	w.land(ctx, a) // given up: asking again takes a lease of its own
+	w.land(ctx, a)                                    // given up: asking again takes a lease of its own
 	if try < MaxLateTries || state == slotCancelled { // a cancel's next reserve is its end
 		return true
 	}

@@ -18,11 +18,12 @@ var cancelScript = redis.NewScript(lua.Cancel)
 type CancelState int
 
 const (
-	// CancelQueued: the job was not admitted (queued, deferred, waiting for its not_before): no later
-	// reserve of it is admitted while the cancel stands.
+	// CancelQueued: the job was not admitted, nor is it known to have left (queued, deferred, waiting for
+	// its not_before, or never seen): no later reserve of it is admitted while the cancel stands.
 	CancelQueued CancelState = iota
-	// CancelLeft: its request left, or is leaving, at Cancellation.Slot (admitted for a slot now or past,
-	// marked sent, or its holder did not give a slot still ahead up in time). Nothing changed.
+	// CancelLeft: its request left, or will, at Cancellation.Slot: admitted for a slot now or past, marked
+	// sent, in the job journal, or admitted for a slot ahead whose holder did not give it up in time (or
+	// that a duplicate holds too). Nothing changed: it goes on as it would have.
 	CancelLeft
 	// CancelGivenUp: it was admitted for a slot still ahead, and its holder gave the slot up: no later
 	// reserve of it is admitted while the cancel stands.
@@ -38,9 +39,9 @@ func (s CancelState) String() string {
 	case CancelLeft:
 		return "left"
 	case CancelGivenUp:
-		return "cancelled-given-up"
+		return "given_up"
 	case CancelAlready:
-		return "already-cancelled"
+		return "already_cancelled"
 	}
 	return "CancelState(" + strconv.Itoa(int(s)) + ")"
 }
@@ -48,8 +49,9 @@ func (s CancelState) String() string {
 // Cancellation is Cancel's answer.
 type Cancellation struct {
 	State CancelState
-	// Slot is the admission's slot (Redis clock): when its request left or was due to (CancelLeft), or the
-	// slot given up (CancelGivenUp); zero otherwise, and for a request known only as marked sent.
+	// Slot is when its request left or will (CancelLeft: the admission's slot, Redis clock, or the
+	// journal's departure, the worker's), or the slot given up (CancelGivenUp); zero otherwise, and for a
+	// request known only as marked sent.
 	Slot time.Time
 	// Now is the Redis clock as the cancel was decided.
 	Now time.Time
@@ -57,89 +59,158 @@ type Cancellation struct {
 
 // CancelOptions are the bounds of a Cancel.
 type CancelOptions struct {
-	// Keep is how long the cancel stands (the fleet's max_deferral_age: no job is handled later than that).
+	// Keep is how long the cancel stands: longer than any job can still come (twice the fleet's
+	// max_deferral_age: a job's life counts from its not_before, which is at most that far ahead).
 	Keep time.Duration
-	// Attempts is how many of the job's gate ids to look for: its own and its first Attempts-1 retries'
-	// (gate ids as consumers.GateID makes them). At least 1.
+	// Attempts is how many of the job's gate ids to look for: its own and its retries' (gate ids as
+	// consumers.GateID makes them); at least MinCancelAttempts are.
 	Attempts int
 	// Notice is how long past a slot still ahead its holder may take to give it up once told
 	// (consumers.LossNotice): a slot not given up by then is taken as used.
 	Notice time.Duration
-	// Poll is how often the admission is looked for while its holder is told (default 20ms).
+	// Poll is how often the holder's answer is looked for (default 20ms).
 	Poll time.Duration
 	// Reason is the operator's, kept while the cancel stands (CancelReason); "" for none.
 	Reason string
 }
 
-// Cancel cancels jobID of a provider, one step in Redis where admissions are decided: from its return on,
-// no reserve of the job (any attempt of it) is admitted while the cancel stands, on any worker, unless the
-// answer is CancelLeft. A job admitted for a slot still ahead is announced (AnnounceCancel) so that its
-// holder gives the slot up; Cancel waits for that, at most until the slot plus opts.Notice, then decides
-// in one more step: given up (CancelGivenUp), or taken as used (CancelLeft, the cancel lifted, since the
-// request may be at the provider).
+// MinCancelAttempts is the fewest of a job's gate ids a Cancel or a Job looks for, whatever
+// worker.max_attempts says (a copy moved with its attempt header kept may carry more).
+const MinCancelAttempts = 32
+
+// Cancel cancels jobID of a provider in one step where admissions are decided: from its return on, no
+// reserve of the job (any attempt of it) is admitted while the cancel stands, on any worker, unless the
+// answer is CancelLeft, which changes nothing. A job admitted for a slot still ahead is announced
+// (AnnounceCancel); its holder, told, says in Redis that it will not send it (AckCancel), and Cancel waits
+// for that at most until the slot plus opts.Notice, then decides in one more step: given up
+// (CancelGivenUp), or left (the cancel lifted). The decision is made even when ctx ends meanwhile.
 func (l *Limiter) Cancel(ctx context.Context, providerName, jobID string, opts CancelOptions) (Cancellation, error) {
 	p, err := l.provider(providerName)
 	if err != nil {
 		return Cancellation{}, err
 	}
-	if err := checkID(jobID); err != nil {
+	if err := checkCancelID(jobID); err != nil {
 		return Cancellation{}, err
 	}
-	if strings.IndexByte(jobID, 0x1f) >= 0 {
-		return Cancellation{}, invalidf("gate: a job's own id has no \\x1f (that separates a retry's gate id)")
-	}
-	if opts.Attempts < 1 || opts.Keep <= 0 {
-		return Cancellation{}, invalidf("gate: cancel: want attempts >= 1 and a keep > 0, got %d and %s", opts.Attempts, opts.Keep)
+	if opts.Keep <= 0 || opts.Notice < 0 {
+		return Cancellation{}, invalidf("gate: cancel: want a keep > 0 and a notice >= 0, got %s and %s", opts.Keep, opts.Notice)
 	}
 	if opts.Poll <= 0 {
 		opts.Poll = 20 * time.Millisecond
 	}
+	n := max(opts.Attempts, MinCancelAttempts)
 	keys := l.cancelKeys(p)
-	c, err := l.cancelStep(ctx, keys, "cancel", jobID, opts.Attempts, p.dedup, micros(opts.Keep), l.channel, providerName, opts.Reason)
-	if err != nil || c.State != CancelGivenUp {
-		return c, err
-	}
-	// Admitted for a slot ahead: its holder was told. Wait for the admission to leave the record (given
-	// up), at most until the slot plus the notice; then decide.
-	deadline := time.Now().Add(c.Slot.Sub(c.Now) + opts.Notice)
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return Cancellation{}, ctx.Err()
-		case <-time.After(opts.Poll):
-		}
-		held, err := l.cancelStep(ctx, keys, "peek", jobID, opts.Attempts, p.dedup, 0, "", "", "")
+	for {
+		r, err := l.cancelCall(ctx, keys, "cancel", jobID, n, p.dedup, micros(opts.Keep), micros(opts.Notice), l.channel, providerName, opts.Reason).Int64Slice()
+		c, err := cancellation(jobID, r, err)
 		if err != nil {
 			return Cancellation{}, err
 		}
-		if held.State != CancelGivenUp {
-			break
+		switch r[0] {
+		case 2: // admitted ahead: its holder was told
+			return l.awaitHolder(ctx, keys, jobID, n, p.dedup, c, opts)
+		case 4: // another cancel waits for the holder: ask again once it has decided
+			if err := sleepCtx(ctx, c.Slot.Sub(c.Now)+opts.Notice+opts.Poll); err != nil {
+				return Cancellation{}, err
+			}
+			continue
 		}
+		return c, nil
 	}
-	settled, err := l.cancelStep(ctx, keys, "settle", jobID, opts.Attempts, p.dedup, 0, "", "", "")
+}
+
+// awaitHolder waits for the holder of a slot ahead to give it up (AckCancel), at most until the slot plus
+// the notice, then settles: given up, or left. It settles even when ctx ends meanwhile.
+func (l *Limiter) awaitHolder(ctx context.Context, keys []string, jobID string, n int, dedup int64, c Cancellation, opts CancelOptions) (Cancellation, error) {
+	deadline := time.Now().Add(c.Slot.Sub(c.Now) + opts.Notice)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		got, err := l.cancelCall(ctx, keys, "peek", jobID, n, dedup, 0, 0, "", "", "").Int64()
+		if err != nil || got != 2 {
+			break // given up (5), or a failed read: settle decides
+		}
+		_ = sleepCtx(ctx, opts.Poll)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	r, err := l.cancelCall(sctx, keys, "settle", jobID, n, dedup, micros(opts.Keep), micros(opts.Notice), "", "", "").Int64Slice()
+	settled, err := cancellation(jobID, r, err)
 	if err != nil {
 		return Cancellation{}, err
 	}
-	if settled.State == CancelLeft {
-		return settled, nil
+	if settled.State == CancelGivenUp {
+		settled.Slot = c.Slot
 	}
-	return Cancellation{State: CancelGivenUp, Slot: c.Slot, Now: c.Now}, nil
+	return settled, nil
 }
 
-// cancelStep runs one op of cancel.lua; its state 2 reads as CancelGivenUp (admitted for a slot ahead).
-func (l *Limiter) cancelStep(ctx context.Context, keys []string, op, jobID string, attempts int, dedup, keep int64, channel, providerName, reason string) (Cancellation, error) {
-	r, err := cancelScript.Run(ctx, l.rdb, keys, op, jobID, attempts, dedup, keep, channel, providerName, reason).Int64Slice()
+// AckCancel is the holder of a slot ahead, told that its job was cancelled (CancelWatcher), saying that it
+// will not send the job: true when the cancel waits for it (the job must not be sent: give the slot up and
+// ask again, and the reserve is denied as cancelled); false when none does (the cancel found it had left,
+// and was lifted: send it on its slot).
+func (l *Limiter) AckCancel(ctx context.Context, providerName, jobID string) (bool, error) {
+	p, err := l.provider(providerName)
+	if err != nil {
+		return false, err
+	}
+	if err := checkCancelID(jobID); err != nil {
+		return false, err
+	}
+	got, err := l.cancelCall(ctx, l.cancelKeys(p), "ack", jobID, 1, p.dedup, 0, 0, "", "", "").Int64()
+	if err != nil {
+		return false, fmt.Errorf("gate: cancel ack %s/%s: %w", providerName, jobID, err)
+	}
+	return got == 1, nil
+}
+
+// checkCancelID refuses what is not a job's own id (a retry's gate id carries "\x1f<attempt>").
+func checkCancelID(jobID string) error {
+	if err := checkID(jobID); err != nil {
+		return err
+	}
+	if strings.IndexByte(jobID, 0x1f) >= 0 {
+		return invalidf("gate: a job's own id has no \\x1f (that separates a retry's gate id)")
+	}
+	return nil
+}
+
+func (l *Limiter) cancelCall(ctx context.Context, keys []string, op, jobID string, n int, dedup, keep, notice int64, channel, providerName, reason string) *redis.Cmd {
+	return cancelScript.Run(ctx, l.rdb, keys, op, jobID, n, dedup, keep, notice, channel, providerName, reason)
+}
+
+// cancellation reads a cancel or settle reply.
+func cancellation(jobID string, r []int64, err error) (Cancellation, error) {
 	if err != nil {
 		return Cancellation{}, fmt.Errorf("gate: cancel %s: %w", jobID, err)
 	}
-	if len(r) != 3 || r[0] < 0 || r[0] > 3 {
+	states := map[int64]CancelState{0: CancelQueued, 1: CancelLeft, 2: CancelGivenUp, 3: CancelAlready, 4: CancelAlready, 5: CancelGivenUp}
+	st, ok := states[r0(r)]
+	if len(r) != 3 || !ok {
 		return Cancellation{}, fmt.Errorf("gate: cancel %s: malformed reply %v", jobID, r)
 	}
-	c := Cancellation{State: []CancelState{CancelQueued, CancelLeft, CancelGivenUp, CancelAlready}[r[0]], Now: time.UnixMicro(r[2])}
+	c := Cancellation{State: st, Now: time.UnixMicro(r[2])}
 	if r[1] > 0 {
 		c.Slot = time.UnixMicro(r[1])
 	}
 	return c, nil
+}
+
+func r0(r []int64) int64 {
+	if len(r) == 0 {
+		return -1
+	}
+	return r[0]
+}
+
+// sleepCtx waits d, or until ctx ends (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // CancelReason is the reason a standing cancel of jobID was given ("" for none, or when no cancel stands).
@@ -148,7 +219,7 @@ func (l *Limiter) CancelReason(ctx context.Context, providerName, jobID string) 
 	if err != nil {
 		return "", err
 	}
-	got, err := cancelScript.Run(ctx, l.rdb, []string{p.keys.ids, p.keys.marks, p.keys.cancels, p.keys.flight}, "reason", jobIDOf(jobID), 1, p.dedup, 0, "", "", "").Text()
+	got, err := l.cancelCall(ctx, l.cancelKeys(p), "reason", jobIDOf(jobID), 1, p.dedup, 0, 0, "", "", "").Text()
 	if err != nil {
 		return "", fmt.Errorf("gate: cancel reason %s/%s: %w", providerName, jobID, err)
 	}
@@ -200,12 +271,11 @@ func (l *Limiter) Job(ctx context.Context, providerName, jobID string, attempts 
 	if err != nil {
 		return JobState{}, err
 	}
-	if err := checkID(jobID); err != nil {
+	if err := checkCancelID(jobID); err != nil {
 		return JobState{}, err
 	}
-	attempts = max(attempts, 1)
-	keys := l.cancelKeys(p)
-	raw, err := cancelScript.Run(ctx, l.rdb, keys, "show", jobID, attempts, p.dedup, 0, "", "", "").Slice()
+	attempts = max(attempts, MinCancelAttempts)
+	raw, err := l.cancelCall(ctx, l.cancelKeys(p), "show", jobID, attempts, p.dedup, 0, 0, "", "", "").Slice()
 	if err != nil {
 		return JobState{}, fmt.Errorf("gate: job %s/%s: %w", providerName, jobID, err)
 	}

@@ -14,6 +14,9 @@ import (
 
 var journalScript = redis.NewScript(lua.Journal)
 
+// journalCall is the most entries one journal.lua call writes.
+const journalCall = 1000
+
 // journalBucket is the span of one hash of the job journal (lua/journal.lua).
 const journalBucket = 10 * time.Minute
 
@@ -64,8 +67,12 @@ func (l *Limiter) Journal(ctx context.Context, providerName string, entries []Jo
 		byKey[k] = append(byKey[k], e.ID, strconv.FormatInt(e.Left.UnixMicro(), 10)+" "+e.Outcome)
 	}
 	for _, k := range order {
-		if err := journalScript.Run(ctx, l.rdb, []string{k}, byKey[k]...).Err(); err != nil {
-			return fmt.Errorf("gate: journal %s: %w", providerName, err)
+		args := byKey[k] // expiry, then field, value pairs: at most journalCall pairs a call
+		for i := 1; i < len(args); i += 2 * journalCall {
+			call := append([]any{args[0]}, args[i:min(i+2*journalCall, len(args))]...)
+			if err := journalScript.Run(ctx, l.rdb, []string{k}, call...).Err(); err != nil {
+				return fmt.Errorf("gate: journal %s: %w", providerName, err)
+			}
 		}
 	}
 	return nil

@@ -42,8 +42,9 @@ func cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer l.Close()
-	w := l.cfg.Worker
-	c, err := l.Cancel(ctx, *provider, *id, gate.CancelOptions{Keep: w.MaxDeferralAge, Attempts: max(w.MaxAttempts, 1),
+	// A job's life counts from its not_before, at most max_deferral_age ahead: twice that outlives it.
+	keep := 2 * l.cfg.Worker.MaxDeferralAge
+	c, err := l.Cancel(ctx, *provider, *id, gate.CancelOptions{Keep: keep, Attempts: l.cfg.Worker.MaxAttempts,
 		Notice: consumers.LossNotice, Reason: *reason})
 	if errors.Is(err, gate.ErrInvalid) {
 		return usageError{fmt.Errorf("cancel: --id %q: %w", *id, err)}
@@ -56,10 +57,14 @@ func cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var line string
 	switch c.State {
 	case gate.CancelQueued:
-		rep.State, rep.Until = "cancelled", stamp(c.Now.Add(w.MaxDeferralAge))
-		line = fmt.Sprintf("cancelled %s of %s: not admitted; no worker sends it (the cancel stands until %s)", *id, *provider, rep.Until)
+		rep.State, rep.Until = "cancelled", stamp(c.Now.Add(keep))
+		known := "not admitted, nor in the job journal"
+		if j := l.cfg.Gate.Journal; j > 0 {
+			known += " (which goes back " + j.String() + ")"
+		}
+		line = fmt.Sprintf("cancelled %s of %s: %s; no worker sends it (the cancel stands until %s)", *id, *provider, known, rep.Until)
 	case gate.CancelGivenUp:
-		rep.State, rep.Until = "given_up", stamp(c.Now.Add(w.MaxDeferralAge))
+		rep.State, rep.Until = "given_up", stamp(c.Now.Add(keep))
 		line = fmt.Sprintf("cancelled %s of %s: its slot at %s was given up by the worker holding it; no worker sends it (the cancel stands until %s)",
 			*id, *provider, stamp(c.Slot), rep.Until)
 	case gate.CancelAlready:
@@ -70,7 +75,7 @@ func cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		when := "its request was accepted by the provider (marked sent)"
 		if !c.Slot.IsZero() {
 			rep.SentAt = stamp(c.Slot)
-			when = "its request left at " + rep.SentAt + " (its slot at the gate)"
+			when = "its request left, or leaves, at " + rep.SentAt
 		}
 		if *asJSON {
 			if err := writeJSON(stdout, rep); err != nil {

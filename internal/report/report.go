@@ -175,6 +175,9 @@ type Verdict struct {
 	Lease      string `json:"lease,omitempty"`
 	Releasable bool   `json:"releasable"`
 	InFlight   bool   `json:"in_flight"`
+	// Cancelled: denied because `worker cancel` cancelled the id: never admitted while the cancel stands
+	// (retry_after_ms 0: do not ask again).
+	Cancelled bool `json:"cancelled"`
 	// AdmittedAt is, for an id already admitted (a duplicate), the slot it was admitted at: the one a
 	// release names.
 	AdmittedAt string `json:"admitted_at,omitempty"`
@@ -198,6 +201,7 @@ func VerdictOf(provider, id string, cost int64, algo gate.Algorithm, v gate.Verd
 		ResetAfterMs: CeilMs(v.ResetAfter),
 		Algorithm:    string(algo),
 		Forced:       forced,
+		Cancelled:    v.Cancelled,
 		Lease:        v.Lease,
 		InFlight:     v.InFlight,
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +89,15 @@ func (f *priorityFleet) run(enqueue func(class string, n int, prefix string) tim
 	st := s.Stats()
 	var at map[string]time.Time
 	s.get("/accepted", &at)
+	var calls, settled float64 // the low jobs' gate calls and the low jobs settled, over the fleet
+	for i := range f.workers {
+		m := f.metrics(i)
+		calls += counted(m, "paygate_priority_gate_calls_total", "priority", "low", "acme")
+		if g := regexp.MustCompile(`paygate_priority_jobs_total\{outcome="succeeded",priority="low",provider="acme"\} (\S+)`).FindStringSubmatch(m); g != nil {
+			n, _ := strconv.ParseFloat(g[1], 64)
+			settled += n
+		}
+	}
 	f.stopAll()
 
 	var first, lastLow time.Time
@@ -116,6 +127,11 @@ func (f *priorityFleet) run(enqueue func(class string, n int, prefix string) tim
 	u := float64(lowsAccepted) / float64(optimum(lastLow.Sub(first), f.windows, f.margin))
 	t.Logf("%s: %d low jobs charged alone in %v, utilisation %.3f; %d high jobs from %v to %v after they were enqueued; %d charged, violations %d",
 		f.kind, lowsAccepted, lastLow.Sub(first).Round(time.Millisecond), u, highs, earliest.Round(time.Millisecond), latest.Round(time.Millisecond), st.Accepted, st.Violations)
+	perJob := calls / max(settled, 1)
+	t.Logf("%s: %.0f gate calls for the %.0f low jobs settled: %.2f a job", f.kind, calls, settled, perJob)
+	if perJob > 1.3 || settled < 300 {
+		t.Errorf("low jobs under a backlog took %.2f gate calls each (%.0f settled), want ≤ 1.3", perJob, settled)
+	}
 	if latest > 4500*time.Millisecond {
 		f.dumpLogs()
 		t.Errorf("the last high job reached the provider %v after being enqueued, want within 4.5s", latest)

@@ -23,7 +23,9 @@ import (
 //     meanwhile go to the lane's next jobs one call each, so that a backlog of low jobs alone still fills
 //     the budget with few calls beyond one per job;
 //   - the lane does not ask while higher-class deliveries of the provider were found waiting for a
-//     handler in this process within the last LowHorizon: the slots go to them.
+//     handler in this process within the last LowHorizon, nor, with UseWaiting, in any process of the
+//     fleet (on Kafka a member may have run out of high jobs while another still holds some): the slots
+//     go to them.
 
 // Route is where a job of provider and class arrives: the provider's name for normal jobs (its queue
 // X.<provider>, its topic T.<provider>), <provider>.high and <provider>.low for the others (the queues
@@ -54,16 +56,78 @@ func Routes(provider string) []string {
 }
 
 // classes is what the worker knows of one provider's classes: its low lane and when a higher-class
-// delivery was last found waiting for a handler.
+// delivery was last found waiting for a handler, here and in the fleet.
 type classes struct {
-	lane    chan struct{} // held by the low job asking the gate
-	waiting atomic.Int64  // unix ns when a high or normal delivery was last taken without waiting for it
+	provider string
+	lane     chan struct{} // held by the low job asking the gate
+	waiting  atomic.Int64  // unix ns when a high or normal delivery was last taken without waiting for it
+	// The fleet's (UseWaiting; nil: this process's alone): when this process last told it, and until
+	// when the fleet's lanes yield as last read, and when that was read (unix ns).
+	shared     Waiting
+	horizon    time.Duration
+	told       atomic.Int64
+	fleetUntil atomic.Int64
+	read       atomic.Int64
+}
+
+// Waiting shares across the fleet that a provider's high or normal deliveries wait for handlers, so that
+// every process's low lane yields to them (wire: a key in Redis beside the gate's, kept LowHorizon).
+type Waiting interface {
+	// NoteWaiting says that higher-class deliveries of the provider were waiting: the fleet's lanes yield
+	// for d.
+	NoteWaiting(ctx context.Context, provider string, d time.Duration) error
+	// Waiting is how much longer the fleet's lanes of the provider yield (0: they need not).
+	Waiting(ctx context.Context, provider string) (time.Duration, error)
+}
+
+// UseWaiting shares the classes' waiting deliveries with the fleet through s. Call it before Run.
+func (w *Worker) UseWaiting(s Waiting) {
+	for _, c := range w.classes {
+		c.shared, c.horizon = s, w.cfg.LowHorizon
+	}
+}
+
+// sharedTimeout bounds a call of Waiting: the lane asks the gate anyway when it does not answer.
+const sharedTimeout = time.Second
+
+// noteWaiting records that a higher-class delivery was waiting (under the queues' lock: the fleet is
+// told in the background, at most every quarter horizon).
+func (c *classes) noteWaiting(now time.Time) {
+	c.waiting.Store(now.UnixNano())
+	if c.shared == nil || c.horizon <= 0 || now.UnixNano()-c.told.Load() < int64(c.horizon/4) {
+		return
+	}
+	c.told.Store(now.UnixNano())
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+		defer cancel()
+		_ = c.shared.NoteWaiting(ctx, c.provider, c.horizon) // best effort: the lane yields less, nothing more
+	}()
+}
+
+// fleetYield is how much longer the fleet's higher-class deliveries hold the lane, as last read (read
+// again at most every quarter horizon).
+func (c *classes) fleetYield(ctx context.Context, now time.Time) time.Duration {
+	if c.shared == nil {
+		return 0
+	}
+	if now.UnixNano()-c.read.Load() >= int64(c.horizon/4) {
+		ctx, cancel := context.WithTimeout(ctx, sharedTimeout)
+		d, err := c.shared.Waiting(ctx, c.provider)
+		cancel()
+		if err != nil {
+			d = 0 // the gate is asked as without the fleet's word
+		}
+		c.read.Store(now.UnixNano())
+		c.fleetUntil.Store(now.Add(d).UnixNano())
+	}
+	return time.Duration(c.fleetUntil.Load() - now.UnixNano())
 }
 
 func newClasses(providers map[string]int64) map[string]*classes {
 	out := make(map[string]*classes, len(providers))
 	for p := range providers {
-		out[p] = &classes{lane: make(chan struct{}, 1)}
+		out[p] = &classes{provider: p, lane: make(chan struct{}, 1)}
 	}
 	return out
 }
@@ -104,7 +168,7 @@ func (cq *classQueues) pop() (Delivery, job.Priority, bool) {
 			if len(q.turn) > 0 {
 				d := q.take()
 				if class := job.Priorities[i]; class != job.Low && !waited { // it waited for a handler: the lane yields
-					cq.c.waiting.Store(cq.now().UnixNano())
+					cq.c.noteWaiting(cq.now())
 				}
 				return d, job.Priorities[i], true
 			}
@@ -150,7 +214,11 @@ func (w *Worker) enterLane(ctx context.Context, a *admission) (leave func(), ok 
 	}
 	leave = func() { <-c.lane }
 	for {
-		yield := time.Duration(c.waiting.Load()) + w.cfg.LowHorizon - time.Duration(w.now().UnixNano())
+		now := w.now()
+		yield := time.Duration(c.waiting.Load()) + w.cfg.LowHorizon - time.Duration(now.UnixNano())
+		if yield <= 0 {
+			yield = c.fleetYield(ctx, now)
+		}
 		if yield <= 0 {
 			return leave, true
 		}

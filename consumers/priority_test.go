@@ -253,3 +253,94 @@ func TestLowBacklogThenHigh(t *testing.T) {
 		t.Fatalf("%d low jobs sent with %.2f gate calls each, want ≥ %d jobs and ≤ 1.3 calls each", jobs, perJob, lows*9/10)
 	}
 }
+
+// fleetWaiting is consumers.Waiting in memory, for several workers.
+type fleetWaiting struct {
+	mu    sync.Mutex
+	until time.Time
+	notes int
+}
+
+func (f *fleetWaiting) NoteWaiting(_ context.Context, _ string, d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.until, f.notes = time.Now().Add(d), f.notes+1
+	return nil
+}
+
+func (f *fleetWaiting) Waiting(context.Context, string) (time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(time.Until(f.until), 0), nil
+}
+
+// The fleet's word: a worker that finds high deliveries waiting for its handlers tells the fleet, and a
+// worker with low jobs alone holds its lane while the fleet says so (a Kafka member out of high jobs while
+// another has some), then asks.
+func TestLaneYieldsToTheFleet(t *testing.T) {
+	shared := &fleetWaiting{}
+	newWorker := func(b *memory.Broker, p *fakeProvider) *consumers.Worker {
+		g := &fakeGate{answers: []answer{{v: allow(0).v, block: 20 * time.Millisecond}}}
+		w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: 5 * time.Second, LowHorizon: 400 * time.Millisecond,
+			MaxAttempts: 3, MaxDeferralAge: time.Hour, ShutdownTimeout: time.Second, BackoffBase: time.Second, BackoffMax: time.Minute,
+			RedisRetry: time.Second, Providers: map[string]int64{"acme": 10}}, g, map[string]consumers.Dispatcher{"acme": p}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.w = w
+		w.UseWaiting(shared)
+		return w
+	}
+	run := func(w *consumers.Worker, b *memory.Broker) func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- w.Run(ctx, b) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	// A: high jobs waiting for its one handler.
+	highs, highP := memory.New(20, "acme"), &fakeProvider{}
+	for i := range 5 {
+		if err := highs.Publish(context.Background(), "acme.high", classBody(fmt.Sprint("high", i), job.High)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopA := run(newWorker(highs, highP), highs)
+	for deadline := time.Now().Add(5 * time.Second); len(highs.Settled()) < 5 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopA()
+	told := time.Now()
+	shared.mu.Lock()
+	notes := shared.notes
+	shared.mu.Unlock()
+	if notes == 0 {
+		t.Fatal("high deliveries waited for A's handler; the fleet was not told")
+	}
+	// B: low jobs alone, while the fleet's word holds (400ms from A's last note).
+	lows, lowP := memory.New(20, "acme"), &fakeProvider{}
+	if err := lows.Publish(context.Background(), "acme.low", classBody("low0", job.Low)); err != nil {
+		t.Fatal(err)
+	}
+	stopB := run(newWorker(lows, lowP), lows)
+	defer stopB()
+	for deadline := time.Now().Add(5 * time.Second); len(lows.Settled()) < 1 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	lowP.mu.Lock()
+	defer lowP.mu.Unlock()
+	if len(lowP.at) != 1 {
+		t.Fatalf("low job sent %d times", len(lowP.at))
+	}
+	shared.mu.Lock()
+	until := shared.until
+	shared.mu.Unlock()
+	if lowP.at[0].Before(until) || until.Sub(told) < 200*time.Millisecond {
+		t.Fatalf("low job sent %v after A stopped, the fleet's word held until %v after: want it held back until then",
+			lowP.at[0].Sub(told), until.Sub(told))
+	}
+}

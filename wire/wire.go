@@ -394,7 +394,8 @@ func (p *Parts) Worker(g consumers.Gate, log *zap.Logger, metrics *consumers.Met
 	}
 	w, err := consumers.New(p.Core, g, p.Dispatchers, log, metrics)
 	if err == nil {
-		w.UseBreaker(p.Gate) // the providers' breakers, whatever gate g wraps
+		w.UseBreaker(p.Gate)                                                   // the providers' breakers, whatever gate g wraps
+		w.UseWaiting(waitingKeys{rdb: p.Redis, prefix: p.redisConf.KeyPrefix}) // the fleet's higher classes waiting
 	}
 	return w, err
 }

@@ -37,6 +37,9 @@ func testConfig(t *testing.T, url string, limits ...config.Limit) *config.Config
 func TestCore(t *testing.T) {
 	c := testConfig(t, "http://127.0.0.1:1/pay", config.Limit{Requests: 3000, Per: time.Minute}, config.Limit{Requests: 100, Per: time.Second})
 	got := wire.Core(c)
+	if got.LowHorizon != 500*time.Millisecond { // worker.low_horizon's default, within max_inline_wait
+		t.Fatalf("low horizon %v", got.LowHorizon)
+	}
 	if got.BackoffBase != 2*time.Second || got.BackoffMax != time.Hour || got.RedisRetry != 2*time.Second {
 		t.Errorf("backoff %s..%s, redis retry %s: want the first and last delay tiers (2s..1h, 2s)", got.BackoffBase, got.BackoffMax, got.RedisRetry)
 	}

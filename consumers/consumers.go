@@ -5,7 +5,10 @@
 //
 // What happens to a job:
 //
-//	invalid message                  -> dead letter (reason "invalid")
+//	invalid message                  -> dead letter (reason "invalid"); so is a job on another
+//	                                    provider's or class's queue (Route)
+//	waiting its turn                 -> taken high first, then normal, then low (priority.go); a low job
+//	                                    asks within LowHorizon, one of its provider's at a time
 //	older than max_deferral_age      -> dead letter ("deferral-age")
 //	gate denies (slot > max wait)    -> waits RetryAfter in-process and asks again while those waits
 //	                                    total at most max wait; then deferred by RetryAfter (not an attempt)

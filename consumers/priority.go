@@ -14,7 +14,7 @@ import (
 // queue X.<provider>.high, the topic T.<provider>.low, …), so that a high job never waits in the broker
 // behind a low backlog. In the worker:
 //
-//   - its handlers take the deliveries waiting their turn high first, then normal, then low (byPriority);
+//   - its handlers take the deliveries waiting their turn high first, then normal, then low (classQueues);
 //     fair shares between merchants keep working inside each class (one fairQueue per class);
 //   - a low job asks the gate for a slot within Config.LowHorizon only, not MaxInlineWait, so that the
 //     low jobs of the fleet hold at most that much of the budget ahead of a higher job that arrives;

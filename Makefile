@@ -10,7 +10,7 @@ GO ?= go
 # rather than to shrinking inputs the decoder refuses at once.
 test: services fmt vet lint
 	$(GO) test -race -count=1 -timeout 8m $$($(GO) list ./... | grep -v '/cmd/worker$$')
-	$(GO) test -race -count=1 -timeout 12m -skip '^TestFault' ./cmd/worker
+	$(GO) test -race -count=1 -timeout 13m -skip '^TestFault' ./cmd/worker
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s -fuzzminimizetime 1s ./job
 	$(GO) test -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 10s -fuzzminimizetime 1s ./job
 	$(MAKE) test-faults

@@ -264,7 +264,7 @@ func New(cfg Config, g Gate, dispatch map[string]Dispatcher, log *zap.Logger, me
 	return &Worker{cfg: cfg, gate: g, dispatch: dispatch, log: log, metrics: metrics, now: time.Now,
 		redisLog: &throttle.Log{}, lateLog: &throttle.Log{}, resultLog: &throttle.Log{},
 		settleSlots: make(chan struct{}, 2*cfg.Concurrency*len(cfg.Providers)),
-		signals:     newSignals(), id: workerID(), late: newLateness(cfg.Providers), classes: newClasses(cfg.Providers)}, nil
+		signals:     newSignals(), id: workerID(), late: newLateness(cfg.Providers), classes: newClasses(cfg.Providers, cfg.LowHorizon)}, nil
 }
 
 // Run consumes every provider's stream with Concurrency handlers each, until ctx is done. Then it stops
@@ -305,6 +305,8 @@ func (w *Worker) Run(ctx context.Context, b Broker) error {
 			limit = w.cfg.ReadAhead
 		}
 		queue := w.classes[p].newClassQueues(w.now, streams[p], weights, fair, limit, wg.Go)
+		stopQueue := context.AfterFunc(ctx, queue.stop)
+		defer stopQueue()
 		for range w.cfg.Concurrency {
 			wg.Go(func() {
 				for d, class, ok := queue.pop(); ok; d, class, ok = queue.pop() {

@@ -60,14 +60,16 @@ func Routes(provider string) []string {
 type classes struct {
 	provider string
 	lane     chan struct{} // held by the low job asking the gate
+	stopping chan struct{} // closed when Run's context ends: a low job waiting for the lane goes back
 	waiting  atomic.Int64  // unix ns when a high or normal delivery was last taken without waiting for it
 	// The fleet's (UseWaiting; nil: this process's alone): when this process last told it, and until
-	// when the fleet's lanes yield as last read, and when that was read (unix ns).
+	// when the fleet's lanes yield as last read (unix ns).
 	shared     Waiting
-	horizon    time.Duration
+	horizon    time.Duration // Config.LowHorizon
 	told       atomic.Int64
 	fleetUntil atomic.Int64
-	read       atomic.Int64
+	read       atomic.Int64 // when a read was last begun
+	fresh      atomic.Int64 // when the read that set fleetUntil was begun
 }
 
 // Waiting shares across the fleet that a provider's high or normal deliveries wait for handlers, so that
@@ -83,7 +85,7 @@ type Waiting interface {
 // UseWaiting shares the classes' waiting deliveries with the fleet through s. Call it before Run.
 func (w *Worker) UseWaiting(s Waiting) {
 	for _, c := range w.classes {
-		c.shared, c.horizon = s, w.cfg.LowHorizon
+		c.shared = s
 	}
 }
 
@@ -111,23 +113,46 @@ func (c *classes) fleetYield(ctx context.Context, now time.Time) time.Duration {
 	if c.shared == nil {
 		return 0
 	}
-	if now.UnixNano()-c.read.Load() >= int64(c.horizon/4) {
-		ctx, cancel := context.WithTimeout(ctx, sharedTimeout)
-		d, err := c.shared.Waiting(ctx, c.provider)
-		cancel()
-		if err != nil {
-			d = 0 // the gate is asked as without the fleet's word
-		}
+	if now.UnixNano()-c.fresh.Load() >= int64(c.horizon/4) { // the lane waits for a word this fresh
 		c.read.Store(now.UnixNano())
-		c.fleetUntil.Store(now.Add(d).UnixNano())
+		c.readFleet(ctx, now)
 	}
 	return time.Duration(c.fleetUntil.Load() - now.UnixNano())
 }
 
-func newClasses(providers map[string]int64) map[string]*classes {
+// readFleet reads the fleet's word (the gate is asked as without it when Redis does not answer).
+func (c *classes) readFleet(ctx context.Context, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, sharedTimeout)
+	defer cancel()
+	d, err := c.shared.Waiting(ctx, c.provider)
+	if err != nil {
+		d = 0
+	}
+	c.fleetUntil.Store(now.Add(d).UnixNano())
+	c.fresh.Store(now.UnixNano())
+}
+
+// yieldFor is how much longer low jobs yield to higher-class deliveries found waiting, here or (as last
+// read; a read that is due is made in the background) in the fleet: handlers take no low delivery
+// meanwhile.
+func (c *classes) yieldFor(now time.Time) time.Duration {
+	yield := time.Duration(c.waiting.Load()) + c.horizon - time.Duration(now.UnixNano())
+	if c.horizon <= 0 {
+		return 0
+	}
+	if c.shared != nil {
+		if last := c.read.Load(); now.UnixNano()-last >= int64(c.horizon/4) && c.read.CompareAndSwap(last, now.UnixNano()) {
+			go c.readFleet(context.Background(), now)
+		}
+		yield = max(yield, time.Duration(c.fleetUntil.Load()-now.UnixNano()))
+	}
+	return yield
+}
+
+func newClasses(providers map[string]int64, horizon time.Duration) map[string]*classes {
 	out := make(map[string]*classes, len(providers))
 	for p := range providers {
-		out[p] = &classes{provider: p, lane: make(chan struct{}, 1)}
+		out[p] = &classes{provider: p, lane: make(chan struct{}, 1), horizon: horizon, stopping: make(chan struct{})}
 	}
 	return out
 }
@@ -141,12 +166,27 @@ type classQueues struct {
 	mu     sync.Mutex
 	queued *sync.Cond
 	qs     []*fairQueue
+	timer  bool // a wake-up is set for when the low deliveries held back may go
+	// stopping: the worker is shutting down; nothing is held back (every delivery goes back to its queue,
+	// and the streams' feeds must find room to drain)
+	stopping bool
+}
+
+// stop holds nothing back any more: the worker is shutting down (a low job waiting for the lane goes
+// back to its queue too).
+func (cq *classQueues) stop() {
+	cq.mu.Lock()
+	cq.stopping = true
+	cq.mu.Unlock()
+	cq.queued.Broadcast()
+	close(cq.c.stopping)
 }
 
 // newClassQueues reads the provider's class streams (job.Priorities order) into their queues until they
 // close; run starts each feed.
 func (c *classes) newClassQueues(now func() time.Time, streams []<-chan Delivery, weights map[string]int, fair bool, limit int, run func(func())) *classQueues {
 	cq := &classQueues{c: c, now: now}
+	c.stopping = make(chan struct{}) // this run's (before its handlers start)
 	cq.queued = sync.NewCond(&cq.mu)
 	for _, s := range streams {
 		q := newFairQueueOn(&cq.mu, cq.queued, weights, limit)
@@ -158,13 +198,21 @@ func (c *classes) newClassQueues(now func() time.Time, streams []<-chan Delivery
 }
 
 // pop takes the next delivery: the highest class's that has one waiting, else the first to come; with its
-// class. False once every stream has closed and every queue is empty.
+// class. Low deliveries are not taken while low jobs yield to higher classes (yieldFor; not once the
+// worker stops): a handler stays free for those, rather than hold a low job that may not ask. False
+// once every stream has closed and every queue is empty.
 func (cq *classQueues) pop() (Delivery, job.Priority, bool) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	for waited := false; ; waited = true {
 		closed := 0
 		for i, q := range cq.qs {
+			if len(q.turn) > 0 && job.Priorities[i] == job.Low && !q.closed && !cq.stopping {
+				if y := cq.c.yieldFor(cq.now()); y > 0 {
+					cq.wakeAfter(y)
+					continue
+				}
+			}
 			if len(q.turn) > 0 {
 				d := q.take()
 				if class := job.Priorities[i]; class != job.Low && !waited { // it waited for a handler: the lane yields
@@ -183,6 +231,21 @@ func (cq *classQueues) pop() (Delivery, job.Priority, bool) {
 	}
 }
 
+// wakeAfter wakes the handlers after d, for the low deliveries held back (under cq.mu; one wake-up at a
+// time).
+func (cq *classQueues) wakeAfter(d time.Duration) {
+	if cq.timer {
+		return
+	}
+	cq.timer = true
+	time.AfterFunc(d, func() {
+		cq.mu.Lock()
+		cq.timer = false
+		cq.mu.Unlock()
+		cq.queued.Broadcast()
+	})
+}
+
 // laneStride is how much more than the gate's RetryAfter a denied low job waits: half the horizon, so that
 // on asking again half the horizon's slots are open for the lane's next jobs.
 func (w *Worker) laneStride() time.Duration { return w.cfg.LowHorizon / 2 }
@@ -190,7 +253,7 @@ func (w *Worker) laneStride() time.Duration { return w.cfg.LowHorizon / 2 }
 // enterLane takes the provider's low lane for a low job, waiting while another low job holds it or while
 // higher-class deliveries were found waiting; the wait counts into the handling's denied waits, and once
 // those reach MaxInlineWait the job asks without the lane (and is deferred if denied). leave gives the
-// lane back; false when ctx ended.
+// lane back; false when ctx ended or the worker stops (the job goes back to its queue).
 func (w *Worker) enterLane(ctx context.Context, a *admission) (leave func(), ok bool) {
 	c := w.classes[a.provider]
 	began := w.now()
@@ -211,6 +274,8 @@ func (w *Worker) enterLane(ctx context.Context, a *admission) (leave func(), ok 
 		return func() {}, true
 	case <-ctx.Done():
 		return nil, false
+	case <-c.stopping: // shutting down: it holds nothing at the gate yet, so it goes back at once
+		return nil, false
 	}
 	leave = func() { <-c.lane }
 	for {
@@ -227,6 +292,9 @@ func (w *Worker) enterLane(ctx context.Context, a *admission) (leave func(), ok 
 		case <-t.C:
 			return leave, true
 		case <-ctx.Done():
+			leave()
+			return nil, false
+		case <-c.stopping:
 			leave()
 			return nil, false
 		}

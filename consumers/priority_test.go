@@ -344,3 +344,47 @@ func TestLaneYieldsToTheFleet(t *testing.T) {
 			lowP.at[0].Sub(told), until.Sub(told))
 	}
 }
+
+// Low deliveries held back while the fleet says higher classes wait, more than the worker reads ahead:
+// a shutdown still ends at once, every one of them back in its queue.
+func TestShutdownWithLowsHeldBack(t *testing.T) {
+	shared := &fleetWaiting{until: time.Now().Add(time.Hour)}
+	g := &fakeGate{answers: []answer{allow(0)}}
+	p := &fakeProvider{}
+	w, err := consumers.New(consumers.Config{Concurrency: 1, MaxInlineWait: 5 * time.Second, LowHorizon: 400 * time.Millisecond,
+		MaxAttempts: 3, MaxDeferralAge: time.Hour, ShutdownTimeout: 2 * time.Second, BackoffBase: time.Second, BackoffMax: time.Minute,
+		RedisRetry: time.Second, Providers: map[string]int64{"acme": 10}}, g, map[string]consumers.Dispatcher{"acme": p}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.w = w
+	w.UseWaiting(shared)
+	b := memory.New(100, "acme")
+	for i := range 40 { // beyond the 8 a handler's class queue reads ahead
+		if err := b.Publish(context.Background(), "acme.low", classBody(fmt.Sprint("low", i), job.Low)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx, b) }()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	stopped := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the shutdown")
+	}
+	// The low job yielding in the lane holds nothing at the gate: it goes back at once, not at the
+	// shutdown timeout (2s).
+	if took := time.Since(stopped); took > time.Second {
+		t.Fatalf("shutdown took %v, want the low jobs back at once", took)
+	}
+	if n := b.Pending("acme.low"); n != 40 || len(p.jobs) != 0 {
+		t.Fatalf("%d low jobs back in their queue, %d sent; want all 40 back, none sent while the fleet's word held", n, len(p.jobs))
+	}
+}

@@ -74,7 +74,7 @@ const (
 	concurrency = 8                     // per provider per worker: enough in flight for 40/s at ~20ms a request
 	latency     = 15 * time.Millisecond
 	jitter      = 10 * time.Millisecond
-	partitions  = 6
+	partitions  = 4
 	badEvery    = 200 // every 200th job is invalid, to show a dead letter with its reason
 
 	maxInlineWait  = 5 * time.Second

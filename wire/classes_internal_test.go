@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/paygate/paygate/internal/testenv"
@@ -14,7 +15,13 @@ import (
 // The fleet's word that a provider's higher classes wait: none at first, then as long as it was given for,
 // per provider.
 func TestWaitingKeys(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Run("redis", func(t *testing.T) { waitingKeysOn(t, testenv.RedisAddr()) })
+	// miniredis expires nothing on its own clock (the demo's embedded Redis): the word lapses all the same.
+	t.Run("miniredis", func(t *testing.T) { waitingKeysOn(t, miniredis.RunT(t).Addr()) })
+}
+
+func waitingKeysOn(t *testing.T, addr string) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	ctx := context.Background()
 	k := waitingKeys{rdb: rdb, prefix: fmt.Sprintf("wire-waiting-%d", time.Now().UnixNano())}

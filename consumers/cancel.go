@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/gate"
 )
 
 // Cancels (`worker cancel`, gate.Limiter.Cancel). The gate holds a cancel where admissions are decided:
@@ -42,12 +43,6 @@ type cancelNotes struct {
 }
 
 func cancelKey(provider, jobID string) string { return provider + "\x00" + jobID }
-
-// jobIDOf is the job's own id in its gate id (GateID: a retry's id carries "\x1f<attempt>").
-func jobIDOf(gateID string) string {
-	id, _, _ := strings.Cut(gateID, "\x1f")
-	return id
-}
 
 // note records a cancel and wakes the jobs sleeping on its slot, if any.
 func (c *cancelNotes) note(provider, jobID string, now time.Time) {
@@ -102,7 +97,7 @@ func (w *Worker) givesUp(ctx context.Context, a *admission) bool {
 	if !ok {
 		return true
 	}
-	yes, err := g.AckCancel(ctx, a.provider, jobIDOf(a.gateID))
+	yes, err := g.AckCancel(ctx, a.provider, gate.OwnID(a.gateID))
 	if err != nil {
 		w.redisLog.Warn(w.log, w.now(), "gate unreachable: a cancelled job's slot stands, the job goes on it", zap.String("provider", a.provider), zap.Error(err))
 	}

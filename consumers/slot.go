@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/paygate/paygate/gate"
 )
 
 // slotState is what a job finds of its slot as it wakes on it (wake).
@@ -47,7 +49,7 @@ func (w *Worker) sleepOnSlot(ctx context.Context, a *admission) bool {
 	}
 	t := time.NewTimer(v.Delay)
 	defer t.Stop()
-	told, leave := w.cancels.sleep(a.provider, jobIDOf(a.gateID))
+	told, leave := w.cancels.sleep(a.provider, gate.OwnID(a.gateID))
 	defer leave()
 	for {
 		changed, next := w.signals.nextLimits(a.provider, v.Now)

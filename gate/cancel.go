@@ -102,11 +102,11 @@ func (l *Limiter) Cancel(ctx context.Context, providerName, jobID string, opts C
 	keys := l.cancelKeys(p)
 	for {
 		r, err := l.cancelCall(ctx, keys, "cancel", jobID, n, p.dedup, micros(opts.Keep), micros(opts.Notice), l.channel, providerName, opts.Reason).Int64Slice()
-		c, err := cancellation(jobID, r, err)
+		code, c, err := cancellation(jobID, r, err)
 		if err != nil {
 			return Cancellation{}, err
 		}
-		switch r[0] {
+		switch code {
 		case 2: // admitted ahead: its holder was told
 			return l.awaitHolder(ctx, keys, jobID, n, p.dedup, c, opts)
 		case 4: // another cancel waits for the holder: ask again once it has decided
@@ -133,7 +133,7 @@ func (l *Limiter) awaitHolder(ctx context.Context, keys []string, jobID string, 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	r, err := l.cancelCall(sctx, keys, "settle", jobID, n, dedup, micros(opts.Keep), micros(opts.Notice), "", "", "").Int64Slice()
-	settled, err := cancellation(jobID, r, err)
+	_, settled, err := cancellation(jobID, r, err)
 	if err != nil {
 		return Cancellation{}, err
 	}
@@ -177,28 +177,23 @@ func (l *Limiter) cancelCall(ctx context.Context, keys []string, op, jobID strin
 	return cancelScript.Run(ctx, l.rdb, keys, op, jobID, n, dedup, keep, notice, channel, providerName, reason)
 }
 
-// cancellation reads a cancel or settle reply.
-func cancellation(jobID string, r []int64, err error) (Cancellation, error) {
+// cancelStates are cancel.lua's states, by number, as the caller reads them (2: a holder told, being
+// given up; 4: another cancel waits for it).
+var cancelStates = [...]CancelState{CancelQueued, CancelLeft, CancelGivenUp, CancelAlready, CancelAlready, CancelGivenUp}
+
+// cancellation reads a cancel or settle reply: its state's number, and what it says.
+func cancellation(jobID string, r []int64, err error) (int64, Cancellation, error) {
 	if err != nil {
-		return Cancellation{}, fmt.Errorf("gate: cancel %s: %w", jobID, err)
+		return 0, Cancellation{}, fmt.Errorf("gate: cancel %s: %w", jobID, err)
 	}
-	states := map[int64]CancelState{0: CancelQueued, 1: CancelLeft, 2: CancelGivenUp, 3: CancelAlready, 4: CancelAlready, 5: CancelGivenUp}
-	st, ok := states[r0(r)]
-	if len(r) != 3 || !ok {
-		return Cancellation{}, fmt.Errorf("gate: cancel %s: malformed reply %v", jobID, r)
+	if len(r) != 3 || r[0] < 0 || r[0] >= int64(len(cancelStates)) {
+		return 0, Cancellation{}, fmt.Errorf("gate: cancel %s: malformed reply %v", jobID, r)
 	}
-	c := Cancellation{State: st, Now: time.UnixMicro(r[2])}
+	c := Cancellation{State: cancelStates[r[0]], Now: time.UnixMicro(r[2])}
 	if r[1] > 0 {
 		c.Slot = time.UnixMicro(r[1])
 	}
-	return c, nil
-}
-
-func r0(r []int64) int64 {
-	if len(r) == 0 {
-		return -1
-	}
-	return r[0]
+	return r[0], c, nil
 }
 
 // sleepCtx waits d, or until ctx ends (its error).
@@ -213,21 +208,23 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// CancelReason is the reason a standing cancel of jobID was given ("" for none, or when no cancel stands).
+// CancelReason is the reason a standing cancel of jobID (or the job of a gate id) was given ("" for none,
+// or when no cancel stands).
 func (l *Limiter) CancelReason(ctx context.Context, providerName, jobID string) (string, error) {
 	p, err := l.provider(providerName)
 	if err != nil {
 		return "", err
 	}
-	got, err := l.cancelCall(ctx, l.cancelKeys(p), "reason", jobIDOf(jobID), 1, p.dedup, 0, 0, "", "", "").Text()
+	got, err := l.cancelCall(ctx, l.cancelKeys(p), "reason", OwnID(jobID), 1, p.dedup, 0, 0, "", "", "").Text()
 	if err != nil {
 		return "", fmt.Errorf("gate: cancel reason %s/%s: %w", providerName, jobID, err)
 	}
 	return got, nil
 }
 
-// jobIDOf is a job's own id in a gate id (a retry's carries "\x1f<attempt>").
-func jobIDOf(gateID string) string {
+// OwnID is a job's own id in a gate id: a retry's gate id carries "\x1f<attempt>" (consumers.GateID), and
+// cancels, which lua/family checks by the job's own id, reach every attempt.
+func OwnID(gateID string) string {
 	id, _, _ := strings.Cut(gateID, "\x1f")
 	return id
 }

@@ -27,14 +27,7 @@ func TestDeadScanReplayPurge(t *testing.T) {
 	bs := brokers(t)
 	o := kafka.Options{Brokers: bs, Group: unique(), TopicPrefix: unique(), Partitions: 2,
 		Providers: []string{"acme"}, DelayTiers: []time.Duration{300 * time.Millisecond}}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	b, err := kafka.Open(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	member, leave := context.WithCancel(ctx)
-	defer func() { leave(); b.Abandon(); b.Close() }()
+	ctx, member, b := openMember(t, o, 60*time.Second)
 	stream, err := b.Consume(member, "acme")
 	if err != nil {
 		t.Fatal(err)

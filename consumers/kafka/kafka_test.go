@@ -127,14 +127,7 @@ func TestLag(t *testing.T) {
 	bs := brokers(t)
 	o := kafka.Options{Brokers: bs, Group: unique(), TopicPrefix: unique(), Partitions: 2,
 		Providers: []string{"acme"}, DelayTiers: []time.Duration{300 * time.Millisecond}}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := kafka.Open(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	member, leave := context.WithCancel(ctx) // the group member's life: ended before Close
-	defer func() { leave(); b.Abandon(); b.Close() }()
+	ctx, member, b := openMember(t, o, 30*time.Second)
 	for i := range 5 {
 		if err := b.Publish(ctx, "acme", []byte(`{"id":"l`+strconv.Itoa(i)+`"}`)); err != nil {
 			t.Fatal(err)
@@ -174,4 +167,19 @@ func TestLag(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// openMember opens a broker of o for a test of at most timeout: ctx is the test's, member the group
+// member's life, ended (the member abandoned, the broker closed) when the test ends.
+func openMember(t *testing.T, o kafka.Options, timeout time.Duration) (ctx, member context.Context, b *kafka.Broker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	b, err := kafka.Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, leave := context.WithCancel(ctx)
+	t.Cleanup(func() { leave(); b.Abandon(); b.Close() })
+	return ctx, member, b
 }

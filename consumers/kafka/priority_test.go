@@ -1,7 +1,6 @@
 package kafka_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -16,16 +15,10 @@ import (
 func TestClassTopics(t *testing.T) {
 	o := kafka.Options{Brokers: brokers(t), Group: unique(), TopicPrefix: unique(), Partitions: 1,
 		Providers: []string{"acme"}, DelayTiers: []time.Duration{200 * time.Millisecond}}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	b, err := kafka.Open(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	member, leave := context.WithCancel(ctx)
-	defer func() { leave(); b.Abandon(); b.Close() }()
+	ctx, member, b := openMember(t, o, 60*time.Second)
 	streams := map[string]<-chan consumers.Delivery{}
 	for _, route := range consumers.Routes("acme") {
+		var err error
 		if streams[route], err = b.Consume(member, route); err != nil {
 			t.Fatal(err)
 		}
